@@ -1,0 +1,3 @@
+from loongsage.models.registry import DEFAULT_MODEL, MODELS, load_causal_lm, load_tokenizer, resolve_model_path
+
+__all__ = ["DEFAULT_MODEL", "MODELS", "load_causal_lm", "load_tokenizer", "resolve_model_path"]

@@ -1,0 +1,37 @@
+"""Model names -> local HF directories, plus the loaders everybody uses."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from loongsage.models.smollm2 import smollm2_dir
+from loongsage.models.tiny import tiny_dir
+
+DEFAULT_MODEL = "smollm2-135m"
+MODELS: dict[str, Callable[[], Path]] = {"smollm2-135m": smollm2_dir, "tiny": tiny_dir}
+
+
+def resolve_model_path(name_or_path: str) -> Path:
+    """A registry name (`smollm2-135m`, `tiny`) or a local HF model directory."""
+    if name_or_path in MODELS:
+        return MODELS[name_or_path]()
+    path = Path(name_or_path).expanduser()
+    if (path / "config.json").is_file():
+        return path.resolve()
+    raise ValueError(
+        f"model.name={name_or_path!r} is neither a known model ({', '.join(sorted(MODELS))}) "
+        "nor a local Hugging Face model directory with a config.json"
+    )
+
+
+def load_tokenizer(model_path: str | Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_path))
+
+
+def load_causal_lm(model_path: str | Path, dtype=None):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype or torch.float32)

@@ -1,0 +1,32 @@
+"""The unit of data that flows from rollout to training."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Sample:
+    """One prompt and one sampled response, with everything training needs to score it.
+
+    Per-token lists (`response_logprobs`, `loss_mask`, `weight_versions`) run over
+    `response_ids`. In the trainer the sequence is `prompt_ids + response_ids`, and the
+    logprob of response token j is predicted from the position just before it.
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    response_logprobs: list[float] = field(default_factory=list)
+    loss_mask: list[int] = field(default_factory=list)
+    weight_versions: list[int] = field(default_factory=list)
+    reward: float = 0.0
+    advantage: float = 0.0
+    group_id: int = 0
+    finish_reason: str = ""
+    prompt_text: str = ""
+    response_text: str = ""
+    label: str = ""
+    metadata: dict = field(default_factory=dict)
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_ids) + len(self.response_ids)
