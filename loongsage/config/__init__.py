@@ -1,0 +1,17 @@
+from loongsage.config.rules import ConfigError, check
+from loongsage.config.schema import (
+    AlgorithmConfig,
+    Config,
+    DataConfig,
+    LoggingConfig,
+    ModelConfig,
+    RolloutConfig,
+    RunConfig,
+    TrainerConfig,
+)
+from loongsage.config.store import register, to_config
+
+__all__ = [
+    "AlgorithmConfig", "Config", "ConfigError", "DataConfig", "LoggingConfig", "ModelConfig",
+    "RolloutConfig", "RunConfig", "TrainerConfig", "check", "register", "to_config",
+]

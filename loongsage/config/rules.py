@@ -1,0 +1,89 @@
+"""Cross-field rules, checked before anything starts; every message names its fields."""
+from __future__ import annotations
+
+from loongsage.config.schema import Config
+
+CHOICES = {
+    "rollout.engine": ("embedded",),
+    "rollout.dtype": ("float32", "bfloat16"),
+    "trainer.backend": ("fsdp",),
+    "trainer.strategy": ("ddp", "fsdp2"),
+    "trainer.dtype": ("float32", "bfloat16"),
+    "trainer.weight_sync_transport": ("shm", "inline"),
+    "algorithm.advantage": ("grpo",),
+    "algorithm.loss_aggregation": ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum"),
+    "algorithm.kl_kind": ("k1", "k2", "k3"),
+    "run.mode": ("sync",),
+}
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message lists every problem found."""
+
+
+def check(cfg: Config) -> None:
+    problems = [*_choice_problems(cfg), *_range_problems(cfg), *_batch_problems(cfg)]
+    if problems:
+        raise ConfigError("invalid config:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def _get(cfg: Config, dotted: str):
+    value = cfg
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _choice_problems(cfg: Config) -> list[str]:
+    return [
+        f"{key}={_get(cfg, key)!r} is not one of {', '.join(choices)}"
+        for key, choices in CHOICES.items()
+        if _get(cfg, key) not in choices
+    ]
+
+
+def _range_problems(cfg: Config) -> list[str]:
+    r, t, a = cfg.rollout, cfg.trainer, cfg.algorithm
+    rules = [
+        (r.num_engines >= 1, f"rollout.num_engines={r.num_engines} must be >= 1"),
+        (r.prompts_per_step >= 1, f"rollout.prompts_per_step={r.prompts_per_step} must be >= 1"),
+        (r.temperature > 0, f"rollout.temperature={r.temperature} must be > 0 (RL needs sampled, not greedy, responses)"),
+        (0 < r.top_p <= 1, f"rollout.top_p={r.top_p} must be in (0, 1]"),
+        (r.top_k == -1 or r.top_k >= 1, f"rollout.top_k={r.top_k} must be -1 (off) or >= 1"),
+        (r.max_new_tokens >= 1, f"rollout.max_new_tokens={r.max_new_tokens} must be >= 1"),
+        (r.max_new_tokens < r.max_context, f"rollout.max_new_tokens={r.max_new_tokens} must be below rollout.max_context={r.max_context}"),
+        (r.max_running >= 1, f"rollout.max_running={r.max_running} must be >= 1"),
+        (r.num_threads >= 1, f"rollout.num_threads={r.num_threads} must be >= 1"),
+        (t.world_size >= 1, f"trainer.world_size={t.world_size} must be >= 1"),
+        (t.micro_batch_size >= 1, f"trainer.micro_batch_size={t.micro_batch_size} must be >= 1"),
+        (t.mini_batches >= 1, f"trainer.mini_batches={t.mini_batches} must be >= 1"),
+        (t.lr > 0, f"trainer.lr={t.lr} must be > 0"),
+        (t.max_grad_norm > 0, f"trainer.max_grad_norm={t.max_grad_norm} must be > 0"),
+        (len(t.betas) == 2 and all(0 <= b < 1 for b in t.betas), f"trainer.betas={list(t.betas)} must be two numbers in [0, 1)"),
+        (t.weight_sync_bucket_mb >= 1, f"trainer.weight_sync_bucket_mb={t.weight_sync_bucket_mb} must be >= 1"),
+        (t.num_threads >= 1, f"trainer.num_threads={t.num_threads} must be >= 1"),
+        (0 <= a.clip_low < 1, f"algorithm.clip_low={a.clip_low} must be in [0, 1)"),
+        (a.clip_high >= 0, f"algorithm.clip_high={a.clip_high} must be >= 0"),
+        (a.kl_coef >= 0, f"algorithm.kl_coef={a.kl_coef} must be >= 0"),
+        (cfg.data.num_reward_workers >= 1, f"data.num_reward_workers={cfg.data.num_reward_workers} must be >= 1"),
+        (cfg.run.steps >= 1, f"run.steps={cfg.run.steps} must be >= 1"),
+        (cfg.run.save_every >= 1, f"run.save_every={cfg.run.save_every} must be >= 1"),
+        (cfg.logging.rollouts_per_step >= 0, f"logging.rollouts_per_step={cfg.logging.rollouts_per_step} must be >= 0"),
+    ]
+    return [message for ok, message in rules if not ok]
+
+
+def _batch_problems(cfg: Config) -> list[str]:
+    r, t = cfg.rollout, cfg.trainer
+    problems = []
+    if cfg.algorithm.advantage == "grpo" and r.group_size < 2:
+        problems.append(f"rollout.group_size={r.group_size} must be >= 2 for GRPO (advantages compare responses within a group)")
+    samples = r.prompts_per_step * r.group_size
+    per_minibatch = t.world_size * t.mini_batches * t.micro_batch_size
+    if r.group_size >= 1 and samples % per_minibatch:
+        problems.append(
+            f"rollout.prompts_per_step * rollout.group_size = {r.prompts_per_step} * {r.group_size} = {samples} samples per step "
+            f"must be divisible by trainer.world_size * trainer.mini_batches * trainer.micro_batch_size = "
+            f"{t.world_size} * {t.mini_batches} * {t.micro_batch_size} = {per_minibatch}"
+        )
+    return problems

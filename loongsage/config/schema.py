@@ -1,0 +1,107 @@
+"""Structured configs: every key a recipe or an override may set, with its type and default.
+
+Registered with Hydra's ConfigStore, so an unknown key or a value of the wrong type is
+refused by Hydra itself, naming the key, before anything starts. Rules that span fields
+live in `rules.py`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass
+class ModelConfig:
+    # A registry name (smollm2-135m, tiny) or a local Hugging Face model directory.
+    name: str = "smollm2-135m"
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "embedded"
+    num_engines: int = 1
+    prompts_per_step: int = 8
+    group_size: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_new_tokens: int = 128
+    max_running: int = 64
+    max_context: int = 1024
+    num_threads: int = 2
+    dtype: str = "float32"
+    request_timeout_s: float = 600.0
+
+
+@dataclass
+class TrainerConfig:
+    backend: str = "fsdp"
+    world_size: int = 1
+    strategy: str = "ddp"
+    micro_batch_size: int = 8
+    mini_batches: int = 1
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    warmup_steps: int = 0
+    max_grad_norm: float = 1.0
+    dtype: str = "float32"
+    num_threads: int = 2
+    gradient_checkpointing: bool = False
+    weight_sync_bucket_mb: int = 64
+    weight_sync_transport: str = "shm"
+
+
+@dataclass
+class AlgorithmConfig:
+    advantage: str = "grpo"
+    normalize_std: bool = True
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    loss_aggregation: str = "token_mean"
+    kl_coef: float = 0.0
+    kl_kind: str = "k3"
+    entropy_coef: float = 0.0
+
+
+@dataclass
+class DataConfig:
+    # A registered data source name or an import path `pkg.module:factory`.
+    source: str = "synthetic_arithmetic"
+    # Keyword arguments for the data source (e.g. path for gsm8k_jsonl, difficulty knobs).
+    options: dict[str, Any] = field(default_factory=dict)
+    reward: str = "math"
+    shuffle: bool = True
+    system_prompt: Optional[str] = None
+    num_reward_workers: int = 1
+
+
+@dataclass
+class LoggingConfig:
+    tensorboard: bool = True
+    # How many sampled rollouts per step go into rollouts.jsonl for inspection.
+    rollouts_per_step: int = 4
+    progress: bool = True
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"
+    steps: int = 50
+    dir: str = "runs/${run.name}/${now:%Y%m%d-%H%M%S}"
+    seed: int = 0
+    resume: bool = False
+    save_every: int = 10
+    mode: str = "sync"
+    ray_address: Optional[str] = None
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    run: RunConfig = field(default_factory=RunConfig)

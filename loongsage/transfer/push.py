@@ -1,0 +1,38 @@
+"""Weight sync v0: every bucket to every engine, tagged with the new weight version."""
+from __future__ import annotations
+
+import time
+from typing import Iterable
+
+import torch
+
+from loongsage.transfer.buckets import iter_buckets
+from loongsage.transfer.transports import PACKERS
+
+
+def push_weights(
+    named_tensors: Iterable[tuple[str, torch.Tensor]],
+    engine_urls: list[str],
+    version: int,
+    bucket_bytes: int,
+    transport: str = "shm",
+) -> dict[str, float]:
+    from loongsage.inference.client import EngineClient
+
+    if transport not in PACKERS:
+        raise ValueError(f"transfer transport {transport!r} is unknown; expected one of {sorted(PACKERS)}")
+    clients = [EngineClient(url) for url in engine_urls]
+    start = time.perf_counter()
+    num_bytes = num_buckets = 0
+    for bucket in iter_buckets(named_tensors, bucket_bytes):
+        with PACKERS[transport](bucket) as payload:
+            for client in clients:
+                client.update_weights_from_tensor(
+                    serialized_named_tensors=[payload],
+                    load_format=transport,
+                    flush_cache=True,
+                    weight_version=str(version),
+                )
+        num_buckets += 1
+        num_bytes += sum(t.numel() * t.element_size() for _, t in bucket)
+    return {"transfer/bytes": float(num_bytes), "transfer/buckets": float(num_buckets), "transfer/seconds": time.perf_counter() - start}
