@@ -1,0 +1,3 @@
+from loongsage.controller.run import run
+
+__all__ = ["run"]

@@ -1,0 +1,19 @@
+"""python -m loongsage.bench <name> [args]: run a benchmark that measures the baseline and
+ours side by side in one run and prints the ratio."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+BENCHMARKS = {"engine": "embedded engine vs transformers generate", "train": "trainer vs a plain HF training loop"}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in BENCHMARKS:
+        print("usage: python -m loongsage.bench <name> [args]\n" + "\n".join(f"  {n:8s} {d}" for n, d in BENCHMARKS.items()), file=sys.stderr)
+        return 2
+    return importlib.import_module(f"loongsage.bench.{argv[0]}").main(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

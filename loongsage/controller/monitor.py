@@ -1,0 +1,85 @@
+"""What a person watches: TensorBoard scalars, a console progress line, and a JSONL of
+sampled rollouts to read."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from loongsage.config import LoggingConfig
+from loongsage.sample import Sample
+
+
+class Monitor:
+    def __init__(self, cfg: LoggingConfig, run_dir: Path, total_steps: int, start_step: int):
+        self.cfg = cfg
+        self.total_steps = total_steps
+        self.start_step = start_step
+        self.started = time.perf_counter()
+        self.rollouts_path = run_dir / "rollouts.jsonl"
+        _drop_lines_after(self.rollouts_path, start_step)
+        self.writer = None
+        if cfg.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            # purge_step discards events a crashed run logged after its last checkpoint.
+            self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=start_step + 1)
+
+    def log(self, step: int, metrics: dict[str, float], samples: list[Sample]) -> None:
+        if self.writer is not None:
+            for tag, value in metrics.items():
+                self.writer.add_scalar(tag, value, step)
+            self.writer.flush()
+        self._write_rollouts(step, samples)
+        if self.cfg.progress:
+            print(self._progress_line(step, metrics), file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+    def _progress_line(self, step: int, metrics: dict[str, float]) -> str:
+        done = step - self.start_step
+        elapsed = time.perf_counter() - self.started
+        eta = elapsed / done * (self.total_steps - step) if done else 0.0
+        return (
+            f"step {step}/{self.total_steps} | reward {metrics.get('rollout/reward_mean', 0.0):.3f}"
+            f" | len {metrics.get('rollout/response_len_mean', 0.0):.1f}"
+            f" | loss {metrics.get('train/loss', 0.0):+.4f}"
+            f" | k3 {metrics.get('train/mismatch_k3_kl', 0.0):.1e}"
+            f" | step {metrics.get('timing/step_s', 0.0):.1f}s | ETA {_clock(eta)}"
+        )
+
+    def _write_rollouts(self, step: int, samples: list[Sample]) -> None:
+        if not self.cfg.rollouts_per_step:
+            return
+        with self.rollouts_path.open("a", encoding="utf-8") as out:
+            for sample in samples[: self.cfg.rollouts_per_step]:
+                record = {
+                    "step": step,
+                    "group_id": sample.group_id,
+                    "prompt": sample.prompt_text,
+                    "response": sample.response_text,
+                    "label": sample.label,
+                    "reward": sample.reward,
+                    "advantage": sample.advantage,
+                    "finish_reason": sample.finish_reason,
+                    "weight_version": sample.weight_versions[0] if sample.weight_versions else None,
+                    **({"reward_error": sample.metadata["reward_error"]} if "reward_error" in sample.metadata else {}),
+                }
+                out.write(json.dumps(record) + "\n")
+
+
+def _drop_lines_after(path: Path, step: int) -> None:
+    """On resume, forget rollouts of steps that the checkpoint does not cover."""
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text(encoding="utf-8").splitlines() if line and json.loads(line)["step"] <= step]
+    path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+
+def _clock(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"

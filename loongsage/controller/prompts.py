@@ -1,0 +1,78 @@
+"""The prompt stream: data-source items in a seeded order, with a resumable position."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Sequence
+
+from loongsage.config import DataConfig
+from loongsage.tasks.registry import get_data_source
+
+
+@dataclass
+class Prompt:
+    item_id: str
+    messages: list[dict]
+    label: str
+    token_ids: list[int]
+    text: str
+
+
+class PromptStream:
+    """Epoch after epoch over the data set; each epoch in its own seeded shuffle.
+
+    The position (epoch, index) is all the state there is, so a checkpoint that stores
+    it resumes on exactly the next prompt.
+    """
+
+    def __init__(self, cfg: DataConfig, tokenizer, seed: int):
+        self.items: Sequence[dict] = _load_items(cfg)
+        self.tokenizer = tokenizer
+        self.system_prompt = cfg.system_prompt
+        self.shuffle = cfg.shuffle
+        self.seed = seed
+        self.epoch = 0
+        self.index = 0
+        self._order = self._epoch_order()
+
+    def take(self, count: int) -> list[Prompt]:
+        prompts = []
+        for _ in range(count):
+            if self.index == len(self._order):
+                self.epoch, self.index = self.epoch + 1, 0
+                self._order = self._epoch_order()
+            prompts.append(self._encode(self.items[self._order[self.index]]))
+            self.index += 1
+        return prompts
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "index": self.index}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.epoch, self.index = state["epoch"], state["index"]
+        self._order = self._epoch_order()
+
+    def _epoch_order(self) -> list[int]:
+        order = list(range(len(self.items)))
+        if self.shuffle:
+            random.Random(f"prompts:{self.seed}:{self.epoch}").shuffle(order)
+        return order
+
+    def _encode(self, item: dict) -> Prompt:
+        messages = list(item["prompt"]) if not isinstance(item["prompt"], str) else [{"role": "user", "content": item["prompt"]}]
+        if self.system_prompt is not None:
+            messages = [{"role": "system", "content": self.system_prompt}, *messages]
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        token_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return Prompt(str(item["id"]), messages, str(item["label"]), token_ids, text)
+
+
+def _load_items(cfg: DataConfig) -> Sequence[dict]:
+    factory = get_data_source(cfg.source)
+    try:
+        items = factory(**dict(cfg.options))
+    except TypeError as error:
+        raise ValueError(f"data.options {dict(cfg.options)} do not fit data source {cfg.source!r}: {error}") from error
+    if len(items) == 0:
+        raise ValueError(f"data source {cfg.source!r} with data.options={dict(cfg.options)} has no items")
+    return items
