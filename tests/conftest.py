@@ -1,0 +1,26 @@
+"""Shared fixtures: the tiny model, and one real local Ray runtime for integration tests."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Tests share 2 cores with each other's actors; one thread each keeps them from thrashing.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path() -> str:
+    from loongsage.models import resolve_model_path
+
+    return str(resolve_model_path("tiny"))
+
+
+@pytest.fixture(scope="session")
+def ray_runtime():
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+
+from loongsage.config import Config, ConfigError, check, register, to_config
+from tests.paths import RECIPES_DIR
+
+register()
+
+
+def compose_config(*overrides: str) -> Config:
+    with initialize_config_dir(config_dir=str(RECIPES_DIR), version_base=None):
+        return to_config(compose(config_name="config", overrides=list(overrides)))
+
+
+def test_recipe_and_model_groups_compose():
+    cfg = compose_config("recipe=math_grpo", "model=tiny", "run.steps=2")
+    assert cfg.model.name == "tiny"
+    assert cfg.run.name == "math_grpo"
+    assert cfg.run.steps == 2
+    assert cfg.rollout.group_size == 8
+
+
+def test_unknown_key_is_refused_by_name():
+    with pytest.raises(ConfigCompositionException) as error:
+        compose_config("run.stepz=3")
+    assert "stepz" in str(error.value.__cause__ or error.value)
+
+
+def test_wrong_type_is_refused_by_name():
+    with pytest.raises(ConfigCompositionException) as error:
+        compose_config("run.steps=many")
+    assert "run.steps" in str(error.value.__cause__)
+
+
+def test_grpo_needs_a_group():
+    with pytest.raises(ConfigError, match=r"rollout.group_size=1 must be >= 2 for GRPO"):
+        compose_config("rollout.group_size=1", "trainer.micro_batch_size=1")
+
+
+def test_batch_divisibility_names_every_field_with_arithmetic():
+    with pytest.raises(ConfigError) as error:
+        compose_config("rollout.prompts_per_step=3", "rollout.group_size=2", "trainer.micro_batch_size=4")
+    message = str(error.value)
+    assert "rollout.prompts_per_step * rollout.group_size = 3 * 2 = 6" in message
+    assert "trainer.world_size * trainer.mini_batches * trainer.micro_batch_size = 1 * 1 * 4 = 4" in message
+
+
+def test_every_problem_is_reported_at_once():
+    cfg = Config()
+    cfg.trainer.lr = -1.0
+    cfg.rollout.top_p = 1.5
+    cfg.trainer.strategy = "zero3"
+    with pytest.raises(ConfigError) as error:
+        check(cfg)
+    message = str(error.value)
+    for field in ("trainer.lr=-1.0", "rollout.top_p=1.5", "trainer.strategy='zero3'"):
+        assert field in message
+
+
+def test_defaults_pass_the_rules():
+    check(Config())
