@@ -1,0 +1,59 @@
+"""Group-relative advantages (GRPO).
+
+Samples of one prompt sit next to each other: rewards[k*group_size:(k+1)*group_size]
+is group k. Pure tensor code; the controller decides what a group is.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def grpo_advantages(
+    rewards: Tensor, group_size: int, normalize_std: bool = True, eps: float = 1e-6
+) -> Tensor:
+    """Reward minus its group mean, optionally divided by the group std (+eps).
+
+    A group whose rewards are all equal carries no learning signal; its advantages are
+    exactly 0 (not rounding noise amplified by 1/eps).
+    """
+    groups = _as_groups(rewards, group_size)
+    advantages = groups - groups.mean(dim=1, keepdim=True)
+    if normalize_std:
+        advantages = advantages / (_group_std(groups) + eps)
+    constant = _constant_groups(groups)
+    advantages = torch.where(constant, torch.zeros_like(advantages), advantages)
+    return advantages.reshape(-1)
+
+
+def group_reward_std(rewards: Tensor, group_size: int) -> Tensor:
+    """Per-group reward std, shape [N // group_size]; exactly 0 for all-equal groups,
+    so `(group_reward_std(r, g) == 0).float().mean()` is the zero-variance fraction."""
+    groups = _as_groups(rewards, group_size)
+    std = _group_std(groups)
+    return torch.where(_constant_groups(groups), torch.zeros_like(std), std).reshape(-1)
+
+
+def _as_groups(rewards: Tensor, group_size: int) -> Tensor:
+    if rewards.dim() != 1:
+        raise ValueError(f"rewards must be 1-D [N], got shape {tuple(rewards.shape)}")
+    if group_size < 1:
+        raise ValueError(f"group_size must be >= 1, got {group_size}")
+    if rewards.numel() % group_size != 0:
+        raise ValueError(
+            f"number of rewards ({rewards.numel()}) is not divisible by "
+            f"group_size={group_size}"
+        )
+    return rewards.float().reshape(-1, group_size)
+
+
+def _group_std(groups: Tensor) -> Tensor:
+    # Unbiased std as in the GRPO reference implementations; a group of one sample
+    # has no spread to measure, so it is 0 rather than NaN.
+    if groups.shape[1] == 1:
+        return torch.zeros_like(groups)
+    return groups.std(dim=1, keepdim=True)
+
+
+def _constant_groups(groups: Tensor) -> Tensor:
+    return (groups == groups[:, :1]).all(dim=1, keepdim=True)

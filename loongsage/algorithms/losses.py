@@ -1,0 +1,122 @@
+"""Token log-probabilities, entropy, aggregation and policy/KL losses.
+
+All per-token tensors are [B, T] over response positions; `mask` is 1 where a token is
+trained. Pure tensor code: no Ray, HTTP or config.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+AGGREGATION_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum")
+KL_KINDS = ("k1", "k2", "k3")
+
+
+def token_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
+    """log p(targets) under softmax(logits), in fp32.
+
+    Computed as logit[target] - logsumexp(logits), one sequence at a time: no [B, T, V]
+    log-softmax is materialised (nor kept for backward), and a low-precision input is
+    upcast one [T, V] row at a time.
+    """
+    _check_logits(logits, targets)
+    rows = []
+    for row, row_targets in zip(logits, targets):
+        row = row.float()
+        picked = row.gather(-1, row_targets.long().unsqueeze(-1)).squeeze(-1)
+        rows.append(picked - torch.logsumexp(row, dim=-1))
+    return torch.stack(rows)
+
+
+def entropy_from_logits(logits: Tensor) -> Tensor:
+    """Entropy (nats) of softmax(logits) at each position, fp32, one sequence at a time."""
+    rows = []
+    for row in logits:
+        logp = row.float().log_softmax(dim=-1)
+        # A -inf logit (masked vocabulary) has p = 0; clamping keeps 0 * log 0 at 0, not NaN.
+        finite_logp = logp.clamp(min=torch.finfo(logp.dtype).min)
+        rows.append(-(logp.exp() * finite_logp).sum(dim=-1))
+    return torch.stack(rows)
+
+
+def masked_aggregate(values: Tensor, mask: Tensor, mode: str) -> Tensor:
+    """Reduce [B, T] values over masked tokens to a scalar.
+
+    token_mean:          sum of all masked values / number of masked tokens
+    seq_mean_token_mean: mean over sequences of each sequence's masked-token mean
+    seq_mean_token_sum:  mean over sequences of each sequence's masked-token sum
+    Sequences without masked tokens take no part in the sequence means. With no masked
+    token at all the result is 0 (still attached to the graph).
+    """
+    if mode not in AGGREGATION_MODES:
+        raise ValueError(
+            f"unknown aggregation mode {mode!r}; valid modes: {', '.join(AGGREGATION_MODES)}"
+        )
+    keep = mask.bool()
+    # where(), not values * mask: padding positions may hold inf/NaN and 0 * inf is NaN.
+    masked = torch.where(keep, values, torch.zeros_like(values))
+    counts = keep.sum(dim=-1).to(values.dtype)
+    if mode == "token_mean":
+        return masked.sum() / counts.sum().clamp(min=1)
+    per_seq = masked.sum(dim=-1)
+    if mode == "seq_mean_token_mean":
+        per_seq = per_seq / counts.clamp(min=1)
+    has_tokens = (counts > 0).to(values.dtype)
+    return (per_seq * has_tokens).sum() / has_tokens.sum().clamp(min=1)
+
+
+def ppo_clip_loss(
+    logprobs: Tensor,
+    old_logprobs: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    aggregation: str = "token_mean",
+) -> tuple[Tensor, dict[str, float]]:
+    """PPO clipped surrogate with DAPO's clip-higher: ratio clipped to
+    [1 - clip_low, 1 + clip_high].
+
+    `advantages` is [B] (one per sequence, broadcast over tokens) or [B, T].
+    clip_frac is the fraction of masked tokens where the clipped branch is strictly
+    larger, i.e. where the token gets no gradient.
+    """
+    advantages = advantages.detach()
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    ratio = torch.exp(logprobs - old_logprobs.detach())
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss = masked_aggregate(torch.maximum(unclipped, clipped), mask, aggregation)
+    with torch.no_grad():
+        clip_frac = masked_aggregate((clipped > unclipped).float(), mask, "token_mean")
+        ratio_mean = masked_aggregate(ratio.float(), mask, "token_mean")
+    return loss, {"clip_frac": clip_frac.item(), "ratio_mean": ratio_mean.item()}
+
+
+def kl_estimate(logprobs: Tensor, ref_logprobs: Tensor, kind: str = "k3") -> Tensor:
+    """Per-token estimate of KL(policy || ref) for tokens sampled from the policy
+    (Schulman's k1/k2/k3)."""
+    log_ratio = logprobs - ref_logprobs
+    if kind == "k1":
+        return log_ratio
+    if kind == "k2":
+        return 0.5 * log_ratio.square()
+    if kind == "k3":
+        return torch.exp(-log_ratio) + log_ratio - 1.0
+    raise ValueError(f"unknown KL estimator {kind!r}; valid kinds: {', '.join(KL_KINDS)}")
+
+
+def mismatch_k3_kl(train_logprobs: Tensor, rollout_logprobs: Tensor, mask: Tensor) -> Tensor:
+    """KL(rollout || train) between the engine that sampled the tokens and the trainer's
+    recomputation: k3 with the samples drawn from the rollout policy, masked token mean."""
+    r = train_logprobs - rollout_logprobs
+    return masked_aggregate(torch.exp(r) - 1.0 - r, mask, "token_mean")
+
+
+def _check_logits(logits: Tensor, targets: Tensor) -> None:
+    if logits.dim() != 3 or logits.shape[:2] != targets.shape:
+        raise ValueError(
+            f"logits must be [B, T, V] and targets [B, T]; got logits "
+            f"{tuple(logits.shape)} and targets {tuple(targets.shape)}"
+        )

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from loongsage.algorithms.advantages import group_reward_std, grpo_advantages
+
+
+def test_grpo_normalized_by_unbiased_group_std():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 3.0, 1.0, 2.0, 2.0])
+    adv = grpo_advantages(rewards, group_size=4)
+    # group 1: mean 0.5, deviations +-0.5, unbiased std sqrt(4 * 0.25 / 3) = 0.577350
+    #          -> +-0.5 / 0.577351 = +-0.866024
+    # group 2: mean 2, deviations (1, -1, 0, 0), std sqrt(2 / 3) = 0.816497
+    #          -> +-1 / 0.816498 = +-1.224743
+    expected = torch.tensor([0.866024, -0.866024, -0.866024, 0.866024, 1.224743, -1.224743, 0.0, 0.0])
+    torch.testing.assert_close(adv, expected, atol=1e-5, rtol=0)
+
+
+def test_grpo_without_std_is_mean_centred():
+    rewards = torch.tensor([3.0, 1.0, 0.0, 1.0])
+    adv = grpo_advantages(rewards, group_size=2, normalize_std=False)
+    # means 2 and 0.5
+    torch.testing.assert_close(adv, torch.tensor([1.0, -1.0, -0.5, 0.5]))
+
+
+def test_all_equal_group_gives_exact_zero_not_nan():
+    rewards = torch.tensor([0.1, 0.1, 0.1, 1.0, 0.0, 0.0])
+    adv = grpo_advantages(rewards, group_size=3)
+    assert torch.isfinite(adv).all()
+    assert adv[:3].tolist() == [0.0, 0.0, 0.0]
+    # group 2: mean 1/3, deviations (2/3, -1/3, -1/3), std sqrt((4/9 + 2/9) / 2) = 0.577350
+    torch.testing.assert_close(adv[3:], torch.tensor([1.154700, -0.577350, -0.577350]), atol=1e-5, rtol=0)
+
+
+def test_group_of_one_is_zero():
+    assert grpo_advantages(torch.tensor([1.0, 0.0]), group_size=1).tolist() == [0.0, 0.0]
+
+
+def test_indivisible_length_names_group_size():
+    with pytest.raises(ValueError, match="group_size=4"):
+        grpo_advantages(torch.zeros(6), group_size=4)
+
+
+def test_bad_group_size_and_shape():
+    with pytest.raises(ValueError, match="group_size"):
+        grpo_advantages(torch.zeros(4), group_size=0)
+    with pytest.raises(ValueError, match="1-D"):
+        grpo_advantages(torch.zeros(2, 2), group_size=2)
+
+
+def test_group_reward_std_and_zero_variance_fraction():
+    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.3, 0.3])
+    std = group_reward_std(rewards, group_size=2)
+    # (1,1) -> 0; (0,1) -> sqrt(0.5) = 0.707107; (0.3,0.3) -> 0
+    torch.testing.assert_close(std, torch.tensor([0.0, 0.707107, 0.0]), atol=1e-6, rtol=0)
+    assert (std == 0).float().mean().item() == pytest.approx(2 / 3)
