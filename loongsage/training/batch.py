@@ -1,0 +1,110 @@
+"""Samples -> padded tensors the trainer feeds to the model, and micro-batch splitting.
+
+Alignment: the model sees `prompt_ids + response_ids`; logits at position t predict the
+token at t + 1. Every per-token tensor here therefore has T - 1 columns, indexed like
+`targets = input_ids[:, 1:]`: response token j of a sample with prompt length P sits in
+column P + j - 1.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from loongsage.sample import Sample
+
+PAD_TOKEN_ID = 0  # any valid id: padded positions are masked out of attention and loss
+
+
+@dataclass
+class PackedBatch:
+    input_ids: Tensor  # [B, T] long, right-padded
+    attention_mask: Tensor  # [B, T] long
+    position_ids: Tensor  # [B, T] long
+    loss_mask: Tensor  # [B, T-1] float, 1 where a response token is trained
+    advantages: Tensor  # [B, T-1] float, each sample's advantage on its response columns
+    rollout_logprobs: Tensor | None  # [B, T-1] float; None when a sample came without them
+    response_spans: list[tuple[int, int]]  # per sample, its response columns [start, end)
+
+    @property
+    def targets(self) -> Tensor:
+        return self.input_ids[:, 1:]
+
+    @property
+    def num_sequences(self) -> int:
+        return self.input_ids.shape[0]
+
+    def response_values(self, per_token: Tensor) -> list[list[float]]:
+        """Cut a [B, T-1] tensor back into one list per sample over its response tokens."""
+        return [per_token[i, start:end].tolist() for i, (start, end) in enumerate(self.response_spans)]
+
+
+def pack_samples(samples: list[Sample]) -> PackedBatch:
+    check_samples(samples)
+    width = max(sample.num_tokens for sample in samples)
+    rows = len(samples)
+    input_ids = torch.full((rows, width), PAD_TOKEN_ID, dtype=torch.long)
+    attention_mask = torch.zeros((rows, width), dtype=torch.long)
+    loss_mask = torch.zeros((rows, width - 1))
+    advantages = torch.zeros((rows, width - 1))
+    rollout_logprobs = torch.zeros((rows, width - 1))
+    spans = []
+    for row, sample in enumerate(samples):
+        tokens = sample.prompt_ids + sample.response_ids
+        input_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+        attention_mask[row, : len(tokens)] = 1
+        start, end = len(sample.prompt_ids) - 1, len(tokens) - 1
+        spans.append((start, end))
+        response_mask = sample.loss_mask or [1] * len(sample.response_ids)
+        loss_mask[row, start:end] = torch.tensor(response_mask, dtype=torch.float32)
+        advantages[row, start:end] = sample.advantage
+        if sample.response_logprobs:
+            rollout_logprobs[row, start:end] = torch.tensor(sample.response_logprobs, dtype=torch.float32)
+    has_rollout_logprobs = all(sample.response_logprobs for sample in samples)
+    return PackedBatch(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        # Right padding: positions count from 0 at the first token of every row.
+        position_ids=torch.arange(width).expand(rows, width).clone(),
+        loss_mask=loss_mask,
+        advantages=advantages,
+        rollout_logprobs=rollout_logprobs if has_rollout_logprobs else None,
+        response_spans=spans,
+    )
+
+
+def split_micro_batches(samples: list[Sample], micro_batch_size: int) -> list[list[Sample]]:
+    """Consecutive chunks of `micro_batch_size` samples; the last one may be smaller."""
+    return [samples[i : i + micro_batch_size] for i in range(0, len(samples), micro_batch_size)]
+
+
+def split_even(items: list, parts: int, field: str) -> list[list]:
+    """`parts` consecutive equal chunks; an uneven split names the config field at fault."""
+    if len(items) % parts:
+        raise ValueError(f"a batch of {len(items)} samples does not divide into {field}={parts} equal parts")
+    size = len(items) // parts
+    return [items[i * size : (i + 1) * size] for i in range(parts)]
+
+
+def check_samples(samples: list[Sample]) -> None:
+    """Raise ValueError naming the first sample and field the trainer cannot use."""
+    if not samples:
+        raise ValueError("cannot train on an empty list of samples")
+    for index, sample in enumerate(samples):
+        _check_sample(index, sample)
+
+
+def _check_sample(index: int, sample: Sample) -> None:
+    if not sample.prompt_ids:
+        raise ValueError(
+            f"sample {index}: prompt_ids is empty; the first response token needs a prompt token before it"
+        )
+    if not sample.response_ids:
+        raise ValueError(f"sample {index}: response_ids is empty")
+    for name in ("loss_mask", "response_logprobs"):
+        values = getattr(sample, name)
+        if values and len(values) != len(sample.response_ids):
+            raise ValueError(
+                f"sample {index}: {name} has {len(values)} entries but response_ids has {len(sample.response_ids)}"
+            )

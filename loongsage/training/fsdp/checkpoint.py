@@ -1,0 +1,108 @@
+"""What one rank writes into, and reads back from, a checkpoint directory.
+
+Layout (an HF model directory plus trainer state):
+  config.json, tokenizer files, ...   copied from the model the run started from
+  model.safetensors                   full weights, HF names, tied weights stored once
+  optimizer.pt                        full (unsharded) optimizer state, keyed by HF names
+  scheduler.pt                        learning-rate scheduler state
+  trainer_state.json                  trainer step and world size
+  rng/rank{r}.pt                      torch, python and numpy RNG state of rank r
+The directory is made atomic by the caller (see loongsage.training.checkpoint_dir).
+"""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from torch import Tensor, nn
+
+from loongsage.training.fsdp.parallel import (
+    full_model_state,
+    full_optimizer_state,
+    load_full_model_state,
+    load_full_optimizer_state,
+)
+
+MODEL_FILE = "model.safetensors"
+STATE_FILE = "trainer_state.json"
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def save_rank(
+    out: Path,
+    *,
+    rank: int,
+    world_size: int,
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    tied_names: set[str],
+    source_dir: Path,
+) -> None:
+    """Collective: every rank calls it; rank 0 writes the shared files."""
+    weights = full_model_state(model)
+    optimizer_state = full_optimizer_state(model, optimizer)
+    (out / "rng").mkdir(parents=True, exist_ok=True)
+    torch.save(_rng_state(), out / "rng" / f"rank{rank}.pt")
+    if rank != 0:
+        return
+    _copy_model_files(source_dir, out)
+    save_file(hf_weights(weights, tied_names), out / MODEL_FILE, metadata={"format": "pt"})
+    torch.save(optimizer_state, out / "optimizer.pt")
+    torch.save(scheduler.state_dict(), out / "scheduler.pt")
+    (out / STATE_FILE).write_text(json.dumps({"step": step, "world_size": world_size}))
+
+
+def load_rank(
+    src: Path,
+    *,
+    rank: int,
+    world_size: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+) -> int:
+    """Restore weights, optimizer, scheduler and this rank's RNG; return the trainer step."""
+    if not (src / STATE_FILE).is_file():
+        raise FileNotFoundError(f"{src} is not a trainer checkpoint: {STATE_FILE} is missing")
+    state = json.loads((src / STATE_FILE).read_text())
+    load_full_model_state(model, load_file(src / MODEL_FILE))
+    load_full_optimizer_state(model, optimizer, torch.load(src / "optimizer.pt", weights_only=True))
+    scheduler.load_state_dict(torch.load(src / "scheduler.pt", weights_only=True))
+    if state["world_size"] == world_size:
+        _set_rng_state(torch.load(src / "rng" / f"rank{rank}.pt", weights_only=False))
+    elif rank == 0:
+        warnings.warn(
+            f"checkpoint {src} was written by {state['world_size']} ranks, this group has "
+            f"trainer.world_size={world_size}: weights and optimizer restored, RNG state not"
+        )
+    return int(state["step"])
+
+
+def hf_weights(weights: dict[str, Tensor], tied_names: set[str]) -> dict[str, Tensor]:
+    """The tensors an HF checkpoint of this model holds: tied aliases dropped, contiguous."""
+    return {name: tensor.contiguous() for name, tensor in weights.items() if name not in tied_names}
+
+
+def _copy_model_files(source_dir: Path, out: Path) -> None:
+    for path in source_dir.iterdir():
+        is_weights = path.name.endswith(WEIGHT_SUFFIXES) or path.name.endswith(".index.json")
+        if path.is_file() and not is_weights:
+            shutil.copy2(path, out / path.name)
+
+
+def _rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])

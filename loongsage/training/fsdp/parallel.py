@@ -1,0 +1,91 @@
+"""Data-parallel wrapping of an HF model: DDP or FSDP2, behind one set of helpers.
+
+Both strategies average gradients over ranks, take full (unsharded, HF-named) state
+dicts through `torch.distributed.checkpoint.state_dict`, and can skip the gradient
+all-reduce on all but the last micro-batch of a gradient-accumulation window.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+# Gathered to CPU on rank 0 only: the other ranks would just throw their copy away.
+FULL_ON_RANK0 = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def wrap_model(model: nn.Module, strategy: str) -> nn.Module:
+    if strategy == "ddp":
+        return nn.parallel.DistributedDataParallel(model)
+    if strategy == "fsdp2":
+        return _fully_shard(model)
+    raise ValueError(f"trainer.strategy={strategy!r} is not one of ddp, fsdp2")
+
+
+@contextmanager
+def grad_sync(model: nn.Module, enabled: bool) -> Iterator[None]:
+    """Reduce gradients over ranks in this backward only when `enabled`."""
+    if isinstance(model, nn.parallel.DistributedDataParallel):
+        if enabled:
+            yield
+        else:
+            with model.no_sync():
+                yield
+        return
+    model.set_requires_gradient_sync(enabled)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
+
+
+def clip_grad_norm(model: nn.Module, max_norm: float) -> float:
+    norm = nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    # Under FSDP2 the norm is a DTensor over the shards; the full value is what we report.
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+
+def full_model_state(model: nn.Module) -> dict[str, Tensor]:
+    """HF-named full weights on rank 0 (empty elsewhere). Collective: call on every rank."""
+    return get_model_state_dict(model, options=FULL_ON_RANK0)
+
+
+def load_full_model_state(model: nn.Module, state: dict[str, Tensor]) -> None:
+    # strict=False: a tied weight (lm_head = embed_tokens) is stored once, as HF does.
+    set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=False))
+
+
+def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
+    return get_optimizer_state_dict(model, optimizer, options=FULL_ON_RANK0)
+
+
+def load_full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+
+def tied_parameter_names(model: nn.Module) -> set[str]:
+    """Names that alias a parameter already listed under another name (lm_head -> embeddings)."""
+    every = {name for name, _ in model.named_parameters(remove_duplicate=False)}
+    return every - {name for name, _ in model.named_parameters()}
+
+
+def _fully_shard(model: nn.Module) -> nn.Module:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    # One FSDP unit per decoder layer bounds the unsharded memory to one layer at a time;
+    # the root unit holds embeddings, final norm and the (possibly tied) LM head.
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    return fully_shard(model, mesh=mesh)

@@ -1,0 +1,190 @@
+"""One data-parallel rank of the HF trainer: model, optimizer and the train step.
+
+A plain class: TrainGroup runs one per rank as a Ray actor; tests and benchmarks may use
+it in-process. `setup()` joins the gloo process group, so every rank of a group must
+call it concurrently.
+"""
+from __future__ import annotations
+
+import random
+import socket
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import ray
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from loongsage import transfer
+from loongsage.algorithms.losses import token_logprobs
+from loongsage.models import load_causal_lm
+from loongsage.sample import Sample
+from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
+from loongsage.training.fsdp import checkpoint
+from loongsage.training.fsdp.metrics import StepMetrics
+from loongsage.training.fsdp.objective import micro_objective
+from loongsage.training.fsdp.optim import build_optimizer
+from loongsage.training.fsdp.parallel import (
+    clip_grad_norm,
+    full_model_state,
+    grad_sync,
+    tied_parameter_names,
+    wrap_model,
+)
+from loongsage.training.fsdp.shares import global_shares
+from loongsage.training.settings import AlgoSettings, TrainerSettings
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+# Long enough for a slow rank to finish a checkpoint; a dead rank is caught by the group.
+COLLECTIVE_TIMEOUT = timedelta(minutes=30)
+
+
+class TrainWorker:
+    def __init__(self, model_path: str, trainer: TrainerSettings, algo: AlgoSettings, seed: int, rank: int):
+        torch.set_num_threads(trainer.num_threads)
+        self.model_path = Path(model_path)
+        self.trainer, self.algo = trainer, algo
+        self.seed, self.rank = seed, rank
+        self.step = 0
+        _seed_everything(seed + rank)
+
+    def rendezvous_address(self) -> tuple[str, int]:
+        """This host's address and a free port for the process group's TCP store."""
+        host = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            return host, sock.getsockname()[1]
+
+    def setup(self, master_addr: str, master_port: int) -> None:
+        dist.init_process_group(
+            "gloo",
+            init_method=f"tcp://{master_addr}:{master_port}",
+            rank=self.rank,
+            world_size=self.trainer.world_size,
+            timeout=COLLECTIVE_TIMEOUT,
+        )
+        dtype = DTYPES[self.trainer.dtype]
+        model = load_causal_lm(self.model_path, dtype=dtype)
+        if self.trainer.gradient_checkpointing:
+            _enable_activation_checkpointing(model)
+        self.tied_names = tied_parameter_names(model)
+        self.model = wrap_model(model, self.trainer.strategy)
+        self.optimizer, self.scheduler = build_optimizer(self.model, self.trainer)
+        self.ref_model = self._reference_model(dtype) if self.algo.kl_coef > 0 else None
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+    def train_step(self, samples: list[Sample]) -> dict[str, float]:
+        minis = [
+            [pack_samples(chunk) for chunk in split_micro_batches(mini, self.trainer.micro_batch_size)]
+            for mini in split_even(samples, self.trainer.mini_batches, "trainer.mini_batches")
+        ]
+        # With a single optimizer step the batch is on-policy for the current weights, and
+        # the update's own forward pass yields the old logprobs (see micro_objective).
+        # Otherwise they are all taken now, before the first update moves the weights.
+        olds = [self._logprobs(self.model, mini) if len(minis) > 1 else None for mini in minis]
+        refs = [self._logprobs(self.ref_model, mini) if self.ref_model is not None else None for mini in minis]
+        lr = self.scheduler.get_last_lr()[0]
+        sums = StepMetrics(with_kl=self.ref_model is not None)
+        for mini, old, ref in zip(minis, olds, refs):
+            self._optimizer_step(mini, old, ref, sums)
+        self.scheduler.step()
+        self.step += 1
+        return sums.reduce(num_minis=len(minis), lr=lr)
+
+    @torch.no_grad()
+    def compute_logprobs(self, samples: list[Sample]) -> list[list[float]]:
+        micros = [pack_samples(chunk) for chunk in split_micro_batches(samples, self.trainer.micro_batch_size)]
+        logprobs = self._logprobs(self.model, micros)
+        return [values for micro, lp in zip(micros, logprobs) for values in micro.response_values(lp)]
+
+    def save_checkpoint(self, path: str) -> None:
+        checkpoint.save_rank(
+            Path(path),
+            rank=self.rank,
+            world_size=self.trainer.world_size,
+            step=self.step,
+            model=self.model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+            tied_names=self.tied_names,
+            source_dir=self.model_path,
+        )
+
+    def load_checkpoint(self, path: str) -> int:
+        self.step = checkpoint.load_rank(
+            Path(path),
+            rank=self.rank,
+            world_size=self.trainer.world_size,
+            model=self.model,
+            optimizer=self.optimizer,
+            scheduler=self.scheduler,
+        )
+        return self.step
+
+    def push_weights(self, engine_urls: list[str], version: int) -> dict | None:
+        """Collective: rank 0 gathers the full weights and sends them; others return None."""
+        weights = full_model_state(self.model)
+        if self.rank != 0:
+            return None
+        named = checkpoint.hf_weights(weights, self.tied_names).items()
+        bucket_bytes = self.trainer.weight_sync_bucket_mb * 1024 * 1024
+        return transfer.push_weights(named, engine_urls, version, bucket_bytes)
+
+    def _optimizer_step(
+        self, micros: list[PackedBatch], olds: list[Tensor] | None, refs: list[Tensor] | None, sums: StepMetrics
+    ) -> None:
+        self.model.train()
+        weights = global_shares(micros, self.algo.loss_aggregation)
+        token_weights = global_shares(micros, "token_mean")
+        for index, micro in enumerate(micros):
+            old = olds[index] if olds else None
+            with grad_sync(self.model, enabled=index == len(micros) - 1):
+                logits = self._forward(self.model, micro)
+                result = micro_objective(logits, micro, old, refs[index] if refs else None, self.algo)
+                # Ranks' gradients are averaged, so each rank scales by world_size to end
+                # with the global-batch loss, not the mean of per-rank losses.
+                (result.loss * (weights[index] * dist.get_world_size())).backward()
+            sums.add_micro(micro, result, old, weights[index], token_weights[index])
+        sums.grad_norm += clip_grad_norm(self.model, self.trainer.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    @torch.no_grad()
+    def _logprobs(self, model: torch.nn.Module, micros: list[PackedBatch]) -> list[Tensor]:
+        model.eval()
+        return [token_logprobs(self._forward(model, micro), micro.targets) for micro in micros]
+
+    @staticmethod
+    def _forward(model: torch.nn.Module, micro: PackedBatch) -> Tensor:
+        out = model(
+            input_ids=micro.input_ids,
+            attention_mask=micro.attention_mask,
+            position_ids=micro.position_ids,
+            use_cache=False,
+        )
+        return out.logits[:, :-1]
+
+    def _reference_model(self, dtype: torch.dtype) -> torch.nn.Module:
+        """A frozen copy of the starting weights; later checkpoint loads never touch it."""
+        ref = load_causal_lm(self.model_path, dtype=dtype)
+        ref.requires_grad_(False)
+        return ref
+
+
+def _enable_activation_checkpointing(model: torch.nn.Module) -> None:
+    # Recent transformers renamed gradient_checkpointing_enable and deprecated the old name.
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

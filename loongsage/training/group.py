@@ -1,0 +1,99 @@
+"""Controller-side handle on the train workers: one Ray actor per data-parallel rank."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import ray
+
+from loongsage.sample import Sample
+from loongsage.training.batch import check_samples, split_even
+from loongsage.training.checkpoint_dir import atomic_dir
+from loongsage.training.errors import TrainerError
+from loongsage.training.fsdp.worker import TrainWorker
+from loongsage.training.settings import algo_settings, trainer_settings
+
+
+class TrainGroup:
+    """Runs `trainer.world_size` TrainWorker actors as one data-parallel trainer.
+
+    Ray must already be initialized. `ray_options` (e.g. a placement-group scheduling
+    strategy) override the default of `trainer.num_threads` CPUs per worker.
+    """
+
+    def __init__(self, model_path: str, cfg, algo, seed: int, ray_options: dict | None = None):
+        self.trainer = trainer_settings(cfg)
+        self.algo = algo_settings(algo)
+        self.step = 0
+        self._broken: str | None = None
+        options = {"num_cpus": self.trainer.num_threads, **(ray_options or {})}
+        actor = ray.remote(TrainWorker).options(**options)
+        self.workers = [
+            actor.remote(str(model_path), self.trainer, self.algo, seed, rank)
+            for rank in range(self.trainer.world_size)
+        ]
+        (address,) = self._gather("rendezvous_address", [self.workers[0].rendezvous_address.remote()])
+        self._call_all("setup", *address)
+
+    def train_step(self, samples: list[Sample]) -> dict[str, float]:
+        shards = self._shard(samples)
+        per_rank = self._gather("train_step", [w.train_step.remote(s) for w, s in zip(self.workers, shards)])
+        self.step += 1
+        return {key: sum(m[key] for m in per_rank) / len(per_rank) for key in per_rank[0]}
+
+    def compute_logprobs(self, samples: list[Sample]) -> list[list[float]]:
+        shards = self._shard(samples)
+        refs = [w.compute_logprobs.remote(s) for w, s in zip(self.workers, shards)]
+        per_rank = self._gather("compute_logprobs", refs)
+        return [values for shard in per_rank for values in shard]
+
+    def save_checkpoint(self, path: str | Path) -> None:
+        with atomic_dir(path) as scratch:
+            self._call_all("save_checkpoint", str(scratch))
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        self.step = self._call_all("load_checkpoint", str(Path(path).resolve()))[0]
+
+    def push_weights(self, engine_urls: list[str], version: int) -> dict:
+        return self._call_all("push_weights", list(engine_urls), version)[0]
+
+    def shutdown(self) -> None:
+        for worker in self.workers:
+            ray.kill(worker)
+        self.workers = []
+
+    def _shard(self, samples: list[Sample]) -> list[list[Sample]]:
+        check_samples(samples)
+        shards = split_even(list(samples), self.trainer.world_size, "trainer.world_size")
+        per_rank, minis = len(shards[0]), self.trainer.mini_batches
+        if per_rank % minis:
+            raise ValueError(
+                f"each rank gets {per_rank} samples ({len(samples)} / trainer.world_size="
+                f"{self.trainer.world_size}), which does not divide into trainer.mini_batches={minis}"
+            )
+        return shards
+
+    def _call_all(self, method: str, *args) -> list:
+        return self._gather(method, [getattr(w, method).remote(*args) for w in self.workers])
+
+    def _gather(self, call: str, refs: list) -> list:
+        """Results in rank order. The first rank to die or fail ends the whole group:
+        its peers may be blocked in a collective waiting for it and would never return."""
+        if self._broken:
+            raise TrainerError(f"the train group is unusable: {self._broken}")
+        results = [None] * len(refs)
+        pending = {ref: rank for rank, ref in enumerate(refs)}
+        while pending:
+            (ready,), _ = ray.wait(list(pending), num_returns=1)
+            rank = pending.pop(ready)
+            try:
+                results[rank] = ray.get(ready)
+            except ray.exceptions.RayActorError as err:
+                self._fail(f"train worker rank {rank} died during {call} at trainer step {self.step}", err)
+            except ray.exceptions.RayTaskError as err:
+                self._fail(f"train worker rank {rank} failed in {call} at trainer step {self.step}: {err.cause!r}", err)
+        return results
+
+    def _fail(self, message: str, err: Exception) -> None:
+        self._broken = message
+        self.shutdown()
+        raise TrainerError(message) from err

@@ -1,0 +1,37 @@
+"""What TrainGroup needs from one rank of a training backend.
+
+The HF/torch.distributed backend (`loongsage.training.fsdp.TrainWorker`) implements it;
+a Megatron backend slots in by implementing the same methods. Every method except
+`rendezvous_address` is collective: the group calls it on all ranks at once.
+"""
+from __future__ import annotations
+
+from typing import Protocol
+
+from loongsage.sample import Sample
+
+
+class TrainBackend(Protocol):
+    def rendezvous_address(self) -> tuple[str, int]:
+        """Host and free port for the process group's TCP store (asked of rank 0)."""
+
+    def setup(self, master_addr: str, master_port: int) -> None:
+        """Join the process group; load the model, optimizer and reference model."""
+
+    def train_step(self, samples: list[Sample]) -> dict[str, float]:
+        """One trainer step on this rank's shard; metrics are already global."""
+
+    def compute_logprobs(self, samples: list[Sample]) -> list[list[float]]:
+        """Current policy's logprob of every response token of this rank's shard."""
+
+    def save_checkpoint(self, path: str) -> None:
+        """Write this rank's part of a checkpoint into the (scratch) directory `path`."""
+
+    def load_checkpoint(self, path: str) -> int:
+        """Restore from `path`; return the trainer step it was saved at."""
+
+    def push_weights(self, engine_urls: list[str], version: int) -> dict | None:
+        """Send full weights to the engines (rank 0 returns the transfer report)."""
+
+    def close(self) -> None:
+        """Leave the process group."""

@@ -1,0 +1,151 @@
+"""TrainWorker in-process, as a 1-rank gloo group, on the tiny model."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from loongsage.sample import Sample
+from loongsage.training.fsdp import TrainWorker
+from loongsage.training.settings import AlgoSettings, TrainerSettings
+
+VOCAB = 49152
+METRIC_KEYS = {
+    "train/loss",
+    "train/pg_loss",
+    "train/grad_norm",
+    "train/mismatch_k3_kl",
+    "train/entropy",
+    "train/clip_frac",
+    "train/lr",
+    "train/tokens",
+}
+
+
+def random_samples(n: int, seed: int = 0) -> list[Sample]:
+    """Uneven prompt/response lengths and partial loss masks, so normalization matters."""
+    rng = random.Random(seed)
+    samples = []
+    for _ in range(n):
+        response = [rng.randrange(VOCAB) for _ in range(rng.randint(2, 12))]
+        samples.append(
+            Sample(
+                prompt_ids=[rng.randrange(VOCAB) for _ in range(rng.randint(2, 6))],
+                response_ids=response,
+                response_logprobs=[-11.0] * len(response),
+                loss_mask=[int(rng.random() < 0.8) for _ in response],
+                advantage=rng.gauss(0.0, 1.0),
+            )
+        )
+    return samples
+
+
+@pytest.fixture
+def make_worker(tiny_model_path):
+    """Build a set-up worker; only one process group can live in a process at a time."""
+    workers = []
+
+    def make(trainer: TrainerSettings, algo: AlgoSettings = AlgoSettings()) -> TrainWorker:
+        while workers:
+            workers.pop().close()
+        worker = TrainWorker(tiny_model_path, trainer, algo, seed=0, rank=0)
+        worker.setup(*worker.rendezvous_address())
+        workers.append(worker)
+        return worker
+
+    torch.set_num_threads(1)
+    yield make
+    for worker in workers:
+        worker.close()
+
+
+def capture_grads(worker: TrainWorker) -> dict[str, torch.Tensor]:
+    """Filled with the (clipped) gradients the optimizer steps on."""
+    grads: dict[str, torch.Tensor] = {}
+    names = {p: n for n, p in worker.model.module.named_parameters()}
+
+    def hook(optimizer, args, kwargs):
+        grads.update({names[p]: p.grad.clone() for p in names})
+
+    worker.optimizer.register_step_pre_hook(hook)
+    return grads
+
+
+@pytest.mark.parametrize("mode", ["token_mean", "seq_mean_token_mean"])
+def test_grad_accumulation_equals_one_full_batch(make_worker, mode):
+    samples = random_samples(8)
+    algo = AlgoSettings(loss_aggregation=mode)
+    full = make_worker(TrainerSettings(micro_batch_size=8), algo)
+    full_grads = capture_grads(full)
+    full_metrics = full.train_step(samples)
+    accumulated = make_worker(TrainerSettings(micro_batch_size=3), algo)
+    acc_grads = capture_grads(accumulated)
+    acc_metrics = accumulated.train_step(samples)
+
+    assert acc_metrics["train/grad_norm"] == pytest.approx(full_metrics["train/grad_norm"], rel=1e-5)
+    assert acc_metrics["train/loss"] == pytest.approx(full_metrics["train/loss"], abs=1e-6)
+    assert acc_grads.keys() == full_grads.keys()
+    for name, grad in acc_grads.items():
+        torch.testing.assert_close(grad, full_grads[name], rtol=1e-4, atol=1e-7, msg=name)
+
+
+def test_loss_is_token_mean_over_the_whole_batch(make_worker):
+    samples = random_samples(8)
+    worker = make_worker(TrainerSettings(micro_batch_size=3), AlgoSettings(loss_aggregation="token_mean"))
+    metrics = worker.train_step(samples)
+    # On-policy, the PPO ratio is 1, so the loss is -sum(A * mask) / sum(mask).
+    weighted = sum(s.advantage * sum(s.loss_mask) for s in samples)
+    tokens = sum(sum(s.loss_mask) for s in samples)
+    assert metrics["train/pg_loss"] == pytest.approx(-weighted / tokens, abs=1e-6)
+    assert metrics["train/tokens"] == tokens
+    micro_means = [
+        -sum(s.advantage * sum(s.loss_mask) for s in chunk) / sum(sum(s.loss_mask) for s in chunk)
+        for chunk in (samples[0:3], samples[3:6], samples[6:8])
+    ]
+    assert abs(sum(micro_means) / 3 - metrics["train/pg_loss"]) > 1e-3, "test batch too uniform to tell"
+
+
+def test_compute_logprobs_aligns_with_a_plain_forward(make_worker):
+    samples = random_samples(3)
+    worker = make_worker(TrainerSettings(micro_batch_size=2))
+    logprobs = worker.compute_logprobs(samples)
+    model = worker.model.module
+    for sample, values in zip(samples, logprobs):
+        ids = torch.tensor([sample.prompt_ids + sample.response_ids])
+        with torch.no_grad():
+            logp = model(input_ids=ids).logits[0].log_softmax(-1)
+        P = len(sample.prompt_ids)
+        expected = [logp[P + j - 1, token].item() for j, token in enumerate(sample.response_ids)]
+        assert values == pytest.approx(expected, abs=1e-5)
+
+
+def test_mismatch_kl_vanishes_when_rollout_matches_trainer(make_worker):
+    samples = random_samples(4)
+    worker = make_worker(TrainerSettings(micro_batch_size=2))
+    for sample, values in zip(samples, worker.compute_logprobs(samples)):
+        sample.response_logprobs = values
+    metrics = worker.train_step(samples)
+    assert metrics["train/mismatch_k3_kl"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_mini_batches_kl_and_warmup(make_worker):
+    samples = random_samples(8)
+    trainer = TrainerSettings(micro_batch_size=2, mini_batches=2, lr=1e-2, warmup_steps=2)
+    worker = make_worker(trainer, AlgoSettings(kl_coef=0.1, entropy_coef=0.01))
+    first = worker.train_step(samples)
+    second = worker.train_step(samples)
+    assert set(first) == METRIC_KEYS | {"train/kl"}
+    assert (first["train/lr"], second["train/lr"]) == pytest.approx((5e-3, 1e-2))
+    # The first step starts at the reference weights; by the second the policy has moved.
+    assert first["train/kl"] < second["train/kl"]
+    assert second["train/kl"] > 0
+    assert worker.step == 2
+
+
+def test_bfloat16_with_gradient_checkpointing(make_worker):
+    worker = make_worker(TrainerSettings(dtype="bfloat16", gradient_checkpointing=True, lr=1e-2))
+    metrics = worker.train_step(random_samples(4))
+    assert {p.dtype for p in worker.model.parameters()} == {torch.bfloat16}
+    assert all(value == value for value in metrics.values()), metrics  # no NaN
+    assert metrics["train/grad_norm"] > 0
