@@ -1,0 +1,142 @@
+"""HTTP client for SGLang-protocol engines: the embedded CPU engine and real SGLang servers."""
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+
+
+class EngineError(RuntimeError):
+    def __init__(self, message: str, url: str, status: int | None = None):
+        super().__init__(f"{url}: {message}" if status is None else f"{url} -> HTTP {status}: {message}")
+        self.url, self.status, self.server_message = url, status, message
+
+
+class EngineClient:
+    def __init__(self, base_url: str, timeout: float = 600.0):
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self._client = httpx.Client(base_url=self.base_url, timeout=timeout)
+        self._aclient: httpx.AsyncClient | None = None
+        self._aclient_loop: asyncio.AbstractEventLoop | None = None
+
+    # ---- generation --------------------------------------------------------------------
+    @staticmethod
+    def generate_body(input_ids=None, text=None, sampling_params: dict | list | None = None,
+                      return_logprob: bool = False, logprob_start_len: int | None = None,
+                      rid: str | list[str] | None = None, **extra: Any) -> dict:
+        """The `/generate` body; `extra` passes through any other SGLang field verbatim."""
+        body: dict[str, Any] = {"sampling_params": sampling_params or {}, "return_logprob": return_logprob}
+        if input_ids is not None:
+            body["input_ids"] = input_ids
+        if text is not None:
+            body["text"] = text
+        if logprob_start_len is not None:
+            body["logprob_start_len"] = logprob_start_len
+        if rid is not None:
+            body["rid"] = rid
+        return {**body, **extra}
+
+    def generate(self, input_ids=None, text=None, sampling_params=None, return_logprob=False,
+                 logprob_start_len=None, rid=None, **extra) -> dict | list[dict]:
+        body = self.generate_body(input_ids, text, sampling_params, return_logprob, logprob_start_len, rid, **extra)
+        return self._request("POST", "/generate", body)
+
+    async def agenerate(self, input_ids=None, text=None, sampling_params=None, return_logprob=False,
+                        logprob_start_len=None, rid=None, **extra) -> dict | list[dict]:
+        body = self.generate_body(input_ids, text, sampling_params, return_logprob, logprob_start_len, rid, **extra)
+        return await self._arequest("POST", "/generate", body)
+
+    # ---- control -----------------------------------------------------------------------
+    def health(self) -> bool:
+        try:
+            return self._client.get("/health").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def health_generate(self) -> bool:
+        try:
+            return self._client.get("/health_generate").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def flush_cache(self):
+        return self._request("POST", "/flush_cache")
+
+    def pause_generation(self):
+        return self._request("POST", "/pause_generation", {})
+
+    def continue_generation(self):
+        return self._request("POST", "/continue_generation", {})
+
+    def abort_request(self, rid: str | None = None, abort_all: bool = False):
+        return self._request("POST", "/abort_request", {"rid": rid or "", "abort_all": abort_all})
+
+    def get_model_info(self) -> dict:
+        return self._request("GET", "/get_model_info")
+
+    def get_server_info(self) -> dict:
+        return self._request("GET", "/get_server_info")
+
+    def get_weight_version(self) -> str:
+        return self._request("GET", "/get_weight_version")["weight_version"]
+
+    def update_weights_from_tensor(self, serialized_named_tensors: list, load_format: str | None = None,
+                                   flush_cache: bool = True, weight_version: str | None = None):
+        body = {"serialized_named_tensors": serialized_named_tensors, "load_format": load_format,
+                "flush_cache": flush_cache, "weight_version": weight_version}
+        return self._request("POST", "/update_weights_from_tensor", body)
+
+    def update_weights_from_disk(self, model_path: str, weight_version: str | None = None,
+                                 load_format: str | None = None):
+        body = {"model_path": model_path, "weight_version": weight_version, "load_format": load_format}
+        return self._request("POST", "/update_weights_from_disk", body)
+
+    # ---- plumbing ----------------------------------------------------------------------
+    def _request(self, method: str, path: str, body: dict | None = None):
+        try:
+            response = self._client.request(method, path, json=body)
+        except httpx.TransportError as exc:
+            raise EngineError(f"{type(exc).__name__}: {exc}", self.base_url + path) from exc
+        return _decode(response)
+
+    async def _arequest(self, method: str, path: str, body: dict | None = None):
+        try:
+            response = await self._async_client().request(method, path, json=body)
+        except httpx.TransportError as exc:
+            raise EngineError(f"{type(exc).__name__}: {exc}", self.base_url + path) from exc
+        return _decode(response)
+
+    def _async_client(self) -> httpx.AsyncClient:
+        """One pooled client per event loop: an AsyncClient must not cross loops."""
+        loop = asyncio.get_running_loop()
+        if self._aclient is None or self._aclient_loop is not loop:
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+            self._aclient = httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout, limits=limits)
+            self._aclient_loop = loop
+        return self._aclient
+
+    def close(self) -> None:
+        self._client.close()
+
+    async def aclose(self) -> None:
+        if self._aclient is not None:
+            await self._aclient.aclose()
+            self._aclient = None
+
+
+def _decode(response: httpx.Response):
+    """JSON when the server sent JSON (SGLang answers some control calls in plain text)."""
+    url = str(response.request.url)
+    try:
+        payload = response.json()
+    except ValueError:
+        payload = response.text
+    if response.is_success:
+        return payload
+    message = payload
+    if isinstance(payload, dict):
+        error = payload.get("error")
+        message = (error.get("message") if isinstance(error, dict) else error) or payload.get("message") or payload
+    raise EngineError(str(message), url, response.status_code)

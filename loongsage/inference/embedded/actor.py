@@ -1,0 +1,31 @@
+"""Ray actor hosting one embedded engine behind its SGLang-protocol HTTP server."""
+from __future__ import annotations
+
+import ray
+
+from loongsage.inference.embedded.engine import Engine, EngineConfig
+from loongsage.inference.embedded.server import EmbeddedServer
+
+
+@ray.remote
+class EmbeddedEngineActor:
+    """Ray starts workers with OMP_NUM_THREADS=1; set `engine_cfg["num_threads"]` to the CPUs the
+    actor was given to use more."""
+
+    def __init__(self, model_path: str, engine_cfg: dict):
+        self.model_path = str(model_path)
+        # Validate in the constructor so a bad key fails at actor creation, not at start().
+        self.cfg = EngineConfig.from_dict(engine_cfg)
+        self.server: EmbeddedServer | None = None
+
+    def start(self) -> str:
+        """Loads the model and serves it on 127.0.0.1 (free port); returns the base URL."""
+        if self.server is None:
+            self.server = EmbeddedServer(Engine(self.model_path, self.cfg))
+            self.server.start()
+        return self.server.base_url
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None

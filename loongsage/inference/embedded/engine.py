@@ -1,0 +1,131 @@
+"""The embedded engine without HTTP: model, tokenizer, scheduler and weight version."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+import torch
+from transformers import AutoTokenizer
+
+from loongsage.inference.embedded.protocol import Limits, build_response, parse_generate
+from loongsage.inference.embedded.request import Sequence
+from loongsage.inference.embedded.scheduler import Scheduler
+from loongsage.inference.embedded.weights import apply_named_tensors, load_model, read_safetensors
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    max_running: int = 32  # KV-cache slots = largest decode batch
+    max_context: int = 2048  # prompt + generated tokens per request
+    num_threads: int | None = None  # torch intra-op threads; None leaves torch's default
+    dtype: str = "float32"
+    prompt_cache_size: int = 16  # prefilled prompts kept for reuse (GRPO repeats each prompt)
+    seed: int = 0  # for requests without their own sampling_seed
+
+    @classmethod
+    def from_dict(cls, cfg: dict | None) -> "EngineConfig":
+        cfg = dict(cfg or {})
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(cfg) - known)
+        if unknown:
+            raise ValueError(f"unknown engine_cfg key {unknown[0]!r} (known: {sorted(known)})")
+        if cfg.get("dtype", "float32") not in DTYPES:
+            raise ValueError(f"engine_cfg.dtype={cfg['dtype']!r} must be one of {sorted(DTYPES)}")
+        return cls(**cfg)
+
+
+class Engine:
+    def __init__(self, model_path: str | Path, cfg: EngineConfig | dict | None = None):
+        self.cfg = cfg if isinstance(cfg, EngineConfig) else EngineConfig.from_dict(cfg)
+        if self.cfg.num_threads:
+            torch.set_num_threads(self.cfg.num_threads)
+        self.model_path = str(model_path)
+        self.model = load_model(model_path, DTYPES[self.cfg.dtype])
+        self.tokenizer = _load_tokenizer(model_path)
+        model_cfg = self.model.cfg
+        max_context = min(self.cfg.max_context, model_cfg.max_position_embeddings)
+        self.limits = Limits(model_cfg.vocab_size, max_context, model_cfg.eos_token_ids)
+        self.weight_version = "default"
+        self.scheduler = Scheduler(
+            self.model, self.cfg.max_running, max_context, self.cfg.prompt_cache_size,
+            decode=self.tokenizer.decode if self.tokenizer is not None else None, seed=self.cfg.seed,
+        )
+        self.scheduler.start()
+
+    def stop(self) -> None:
+        self.scheduler.stop()
+
+    async def generate(self, body) -> dict | list[dict]:
+        """Raises protocol.BadRequest for an invalid body."""
+        request = parse_generate(body, self.limits, self.tokenizer)
+        loop = asyncio.get_running_loop()
+        futures = []
+        for seq in request.sequences:
+            future = loop.create_future()
+            seq.on_done = _resolver(loop, future, self)
+            futures.append(future)
+        for seq in request.sequences:
+            self.scheduler.submit(seq)
+        done = await asyncio.gather(*futures)
+        responses = [build_response(seq, version, self.tokenizer, request.return_text_in_logprobs)
+                     for seq, version in done]
+        return responses if request.is_batch else responses[0]
+
+    def flush_cache(self) -> None:
+        self.scheduler.call(self.scheduler.prompts.clear)
+
+    def update_weights(self, named_tensors, weight_version: str | None) -> None:
+        """Apply all-or-nothing between two decode steps. The prompt cache holds keys/values of
+        the old weights, so it is always dropped."""
+        def apply():
+            apply_named_tensors(self.model, named_tensors)
+            self.scheduler.prompts.clear()
+            if weight_version is not None:
+                self.weight_version = weight_version
+
+        self.scheduler.call(apply)
+
+    def update_weights_from_disk(self, model_path: str, weight_version: str | None) -> None:
+        self.update_weights(read_safetensors(model_path), weight_version)
+        self.model_path = str(model_path)
+
+    def model_info(self) -> dict:
+        return {
+            "model_path": self.model_path,
+            "tokenizer_path": self.model_path if self.tokenizer is not None else None,
+            "is_generation": True,
+            "weight_version": self.weight_version,
+        }
+
+    def server_info(self) -> dict:
+        scheduler = self.scheduler
+        return {
+            **dataclasses.asdict(self.cfg),
+            "max_context": self.limits.max_context,
+            "paused": scheduler.paused,
+            "running": len(scheduler.running),
+            "prompt_cache_entries": len(scheduler.prompts),
+            "kv_cache_capacity": scheduler.cache.capacity,
+            "stats": dataclasses.asdict(scheduler.stats),
+        }
+
+
+def _resolver(loop: asyncio.AbstractEventLoop, future: asyncio.Future, engine: Engine):
+    """Completes `future` from the scheduler thread with the weight version current at finish."""
+    def on_done(seq: Sequence) -> None:
+        result = (seq, engine.weight_version)
+        try:
+            loop.call_soon_threadsafe(lambda: future.done() or future.set_result(result))
+        except RuntimeError:  # the server's loop is closed: nobody waits for this answer
+            pass
+
+    return on_done
+
+
+def _load_tokenizer(model_path: str | Path):
+    if not (Path(model_path) / "tokenizer_config.json").exists():
+        return None
+    return AutoTokenizer.from_pretrained(str(model_path))

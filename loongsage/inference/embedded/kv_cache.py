@@ -1,0 +1,89 @@
+"""Slot-based KV cache for continuous batching, and the prompt (prefix) cache.
+
+Running sequences always occupy slots 0..n-1 so a decode step can slice `[:n]` instead of
+gathering rows; `move` fills a freed slot with the last one.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+
+class KVCache:
+    def __init__(self, num_layers: int, slots: int, kv_heads: int, head_dim: int, max_context: int,
+                 dtype: torch.dtype, chunk: int = 256):
+        self.shape = (num_layers, slots, kv_heads, 0, head_dim)
+        self.max_context, self.dtype, self.chunk = max_context, dtype, chunk
+        self.keys = torch.zeros(self.shape, dtype=dtype)
+        self.values = torch.zeros(self.shape, dtype=dtype)
+
+    @property
+    def capacity(self) -> int:
+        return self.keys.shape[3]
+
+    def ensure(self, length: int) -> None:
+        """Grow the position axis in chunks (memory is proportional to the longest live sequence,
+        not to max_context) so that `length` positions fit."""
+        if length <= self.capacity:
+            return
+        new_cap = min(self.max_context, -(-length // self.chunk) * self.chunk)
+        if length > new_cap:
+            raise ValueError(f"sequence of {length} tokens exceeds max_context={self.max_context}")
+        shape = (*self.shape[:3], new_cap, self.shape[4])
+        for name in ("keys", "values"):
+            old = getattr(self, name)
+            new = torch.zeros(shape, dtype=self.dtype)
+            new[:, :, :, : old.shape[3]] = old
+            setattr(self, name, new)
+
+    def write(self, slot: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """keys/values: [layers, kv_heads, T, head_dim] for positions 0..T-1."""
+        t = keys.shape[2]
+        self.ensure(t)
+        self.keys[:, slot, :, :t] = keys
+        self.values[:, slot, :, :t] = values
+
+    def move(self, src: int, dst: int, length: int) -> None:
+        self.keys[:, dst, :, :length] = self.keys[:, src, :, :length]
+        self.values[:, dst, :, :length] = self.values[:, src, :, :length]
+
+
+@dataclass
+class PrefillResult:
+    """What a prompt's prefill produced; enough to start decoding without running it again."""
+
+    keys: torch.Tensor  # [layers, kv_heads, T, head_dim]
+    values: torch.Tensor
+    last_logits: torch.Tensor  # [vocab] fp32, predicts the first output token
+    # logprob of prompt token i (i >= 1) given tokens < i; None until some request asked for it
+    prompt_logprobs: list[float] | None = None
+
+
+class PromptCache:
+    """Small LRU keyed by the prompt's token tuple: GRPO sends the same prompt n times."""
+
+    def __init__(self, max_entries: int = 16):
+        self.max_entries = max_entries
+        self._entries: OrderedDict[tuple[int, ...], PrefillResult] = OrderedDict()
+
+    def get(self, prompt: tuple[int, ...]) -> PrefillResult | None:
+        entry = self._entries.get(prompt)
+        if entry is not None:
+            self._entries.move_to_end(prompt)
+        return entry
+
+    def put(self, prompt: tuple[int, ...], entry: PrefillResult) -> None:
+        if self.max_entries <= 0:
+            return
+        self._entries[prompt] = entry
+        self._entries.move_to_end(prompt)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,292 @@
+"""A compact Llama-family decoder for inference on CPU.
+
+Parameter names mirror Hugging Face's (`model.layers.N.self_attn.q_proj.weight`, ...) so that
+safetensors checkpoints and trainer weight updates apply by name without a mapping table.
+The model never owns a KV cache: `prefill` returns the keys/values it computed and `decode`
+reads/writes a cache passed in by the scheduler.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
+
+
+class UnsupportedModelError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    architecture: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope: dict
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    qkv_bias: bool
+    o_bias: bool
+    mlp_bias: bool
+    eos_token_ids: tuple[int, ...]
+
+    @classmethod
+    def from_dir(cls, model_dir: str | Path) -> "ModelConfig":
+        model_dir = Path(model_dir)
+        raw = json.loads((model_dir / "config.json").read_text())
+        architectures = raw.get("architectures") or []
+        arch = next((a for a in architectures if a in SUPPORTED_ARCHITECTURES), None)
+        if arch is None:
+            raise UnsupportedModelError(
+                f"{model_dir}/config.json: architectures={architectures} is not supported by the "
+                f"embedded engine (supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
+            )
+        heads = raw["num_attention_heads"]
+        # Qwen2 always carries q/k/v biases and has no `attention_bias` key; Llama's
+        # `attention_bias` covers o_proj too.
+        attention_bias = bool(raw.get("attention_bias", False))
+        return cls(
+            architecture=arch,
+            vocab_size=raw["vocab_size"],
+            hidden_size=raw["hidden_size"],
+            intermediate_size=raw["intermediate_size"],
+            num_layers=raw["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=raw.get("num_key_value_heads") or heads,
+            head_dim=raw.get("head_dim") or raw["hidden_size"] // heads,
+            rms_norm_eps=raw.get("rms_norm_eps", 1e-6),
+            rope=_rope_parameters(raw),
+            max_position_embeddings=raw.get("max_position_embeddings", 2048),
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            qkv_bias=arch == "Qwen2ForCausalLM" or attention_bias,
+            o_bias=attention_bias,
+            mlp_bias=bool(raw.get("mlp_bias", False)),
+            eos_token_ids=_eos_token_ids(model_dir, raw),
+        )
+
+
+def _rope_parameters(raw: dict) -> dict:
+    """transformers>=5 writes `rope_parameters`; older configs have `rope_theta` + `rope_scaling`
+    (which may be null)."""
+    params = raw.get("rope_parameters")
+    if params is None:
+        params = dict(raw.get("rope_scaling") or {})
+        params["rope_theta"] = raw.get("rope_theta", 10000.0)
+    params = dict(params)
+    params["rope_type"] = params.get("rope_type") or params.get("type") or "default"
+    return params
+
+
+def _eos_token_ids(model_dir: Path, raw: dict) -> tuple[int, ...]:
+    """generation_config.json wins over config.json: chat models list their end-of-turn token there."""
+    eos = raw.get("eos_token_id")
+    gen_path = model_dir / "generation_config.json"
+    if gen_path.exists():
+        eos = json.loads(gen_path.read_text()).get("eos_token_id", eos)
+    if eos is None:
+        return ()
+    return tuple(eos) if isinstance(eos, list) else (eos,)
+
+
+def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
+    rope = cfg.rope
+    dim = cfg.head_dim
+    inv_freq = 1.0 / (rope["rope_theta"] ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim))
+    kind = rope["rope_type"]
+    if kind == "default":
+        return inv_freq.float()
+    if kind == "linear":
+        return (inv_freq / rope["factor"]).float()
+    if kind == "llama3":
+        return _llama3_inv_freq(inv_freq, rope).float()
+    raise UnsupportedModelError(f"rope_type={kind!r} is not supported (default | linear | llama3)")
+
+
+def _llama3_inv_freq(inv_freq: torch.Tensor, rope: dict) -> torch.Tensor:
+    factor = rope["factor"]
+    low, high = rope["low_freq_factor"], rope["high_freq_factor"]
+    old_len = rope["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv_freq
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    scaled = torch.where(wavelen > old_len / low, inv_freq / factor, inv_freq)
+    medium = (wavelen >= old_len / high) & (wavelen <= old_len / low)
+    return torch.where(medium, smoothed, scaled)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: [B, H, T, D]; cos/sin: [B, 1, T, D] (half-rotation layout, as HF Llama)."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def fuse_linears(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One matmul instead of several: q/k/v are skinny on GQA models and each call has overhead. Each original parameter becomes a view into the fused tensor, so
+    loading or updating weights by their HF names writes straight into it."""
+    weight = torch.cat([lin.weight.detach() for lin in linears])
+    bias = torch.cat([lin.bias.detach() for lin in linears]) if linears[0].bias is not None else None
+    start = 0
+    for lin in linears:
+        rows = lin.weight.shape[0]
+        lin.weight = nn.Parameter(weight[start:start + rows], requires_grad=False)
+        if bias is not None:
+            lin.bias = nn.Parameter(bias[start:start + rows], requires_grad=False)
+        start += rows
+    return weight, bias
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, cfg.num_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.k_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
+        self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=cfg.o_bias)
+
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """x: [B, T, hidden] -> q [B, H, T, D], k/v [B, KVH, T, D] with RoPE applied."""
+        b, t, _ = x.shape
+        sizes = (self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim, self.num_kv_heads * self.head_dim)
+        q, k, v = F.linear(x, self.fused_weight, self.fused_bias).split(sizes, dim=-1)
+        q = q.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
+        k = k.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def fuse(self) -> None:
+        self.fused_weight, self.fused_bias = fuse_linears(self.q_proj, self.k_proj, self.v_proj)
+
+    def out(self, attn: torch.Tensor) -> torch.Tensor:
+        b, _, t, _ = attn.shape
+        return self.o_proj(attn.transpose(1, 2).reshape(b, t, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # gate/up stay separate: fused into one [2I, H] matmul they measured slower on CPU.
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = Attention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class Backbone(nn.Module):
+    """Holds the `model.*` parameters under HF's names."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.model = Backbone(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)
+
+    def fuse_projections(self) -> None:
+        """Call once after the weights are in place (the forward passes use the fused tensors)."""
+        for layer in self.model.layers:
+            layer.self_attn.fuse()
+
+    def _cos_sin(self, positions: torch.Tensor, dtype: torch.dtype):
+        """positions: [B, T] -> cos/sin [B, 1, T, D]; computed in fp32 like HF, then cast."""
+        freqs = positions.float()[..., None] * self.inv_freq
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None]
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Final-normed hidden states -> fp32 logits."""
+        return self.lm_head(hidden).float()
+
+    @torch.inference_mode()
+    def prefill(self, input_ids: torch.Tensor):
+        """Causal forward over one prompt. input_ids: [T].
+
+        Returns (hidden [T, hidden] after the final norm, keys, values) with keys/values
+        stacked over layers as [layers, kv_heads, T, head_dim], ready to copy into a cache slot.
+        """
+        t = input_ids.shape[0]
+        x = self.model.embed_tokens(input_ids)[None]
+        cos, sin = self._cos_sin(torch.arange(t)[None], x.dtype)
+        keys, values = [], []
+        for layer in self.model.layers:
+            attn = layer.self_attn
+            q, k, v = attn.qkv(layer.input_layernorm(x), cos, sin)
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            x = x + attn.out(out)
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            keys.append(k[0])
+            values.append(v[0])
+        return self.model.norm(x[0]), torch.stack(keys), torch.stack(values)
+
+    @torch.inference_mode()
+    def decode(self, input_ids: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor,
+               v_cache: torch.Tensor) -> torch.Tensor:
+        """One token for each of B running sequences held in cache slots 0..B-1.
+
+        input_ids, positions: [B]; caches: [layers, slots, kv_heads, capacity, head_dim].
+        Writes this step's keys/values at `positions` and returns normed hidden [B, hidden].
+        """
+        b = input_ids.shape[0]
+        rows = torch.arange(b)
+        span = int(positions.max()) + 1
+        # Shorter sequences see padding columns beyond their own length; mask them out.
+        mask = (torch.arange(span)[None, :] <= positions[:, None])[:, None, None, :]
+        x = self.model.embed_tokens(input_ids)[:, None]
+        cos, sin = self._cos_sin(positions[:, None], x.dtype)
+        for i, layer in enumerate(self.model.layers):
+            attn = layer.self_attn
+            q, k, v = attn.qkv(layer.input_layernorm(x), cos, sin)
+            k_cache[i, rows, :, positions] = k[:, :, 0]
+            v_cache[i, rows, :, positions] = v[:, :, 0]
+            out = F.scaled_dot_product_attention(
+                q, k_cache[i, :b, :, :span], v_cache[i, :b, :, :span], attn_mask=mask, enable_gqa=True
+            )
+            x = x + attn.out(out)
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return self.model.norm(x[:, 0])

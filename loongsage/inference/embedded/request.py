@@ -1,0 +1,46 @@
+"""One generation request as the scheduler tracks it."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from loongsage.inference.embedded.sampling import SamplingParams
+
+
+@dataclass
+class Sequence:
+    rid: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    stop_ids: frozenset[int]
+    return_logprob: bool = False
+    logprob_start_len: int = -1
+    on_done: Callable[["Sequence"], None] | None = None
+    generator: torch.Generator | None = None
+
+    output_ids: list[int] = field(default_factory=list)
+    output_logprobs: list[float] = field(default_factory=list)
+    input_logprobs: list[float | None] | None = None
+    cached_tokens: int = 0
+    finish_reason: dict | None = None
+    slot: int = -1
+
+    def __post_init__(self):
+        if self.params.sampling_seed is not None:
+            self.generator = torch.Generator().manual_seed(self.params.sampling_seed)
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        return self.return_logprob and self.logprob_start_len >= 0
+
+    @property
+    def cached_length(self) -> int:
+        """Positions whose keys/values are in the KV cache: the newest token is not yet."""
+        return len(self.prompt_ids) + len(self.output_ids) - 1
+
+    def finish(self, reason: dict) -> None:
+        self.finish_reason = reason
+        if self.on_done is not None:
+            self.on_done(self)

@@ -1,0 +1,88 @@
+"""Per-request sampling parameters and one batched sampling step.
+
+Sampling is the exponential race (Gumbel-max) done in two levels: pick a block of the
+vocabulary with probability equal to its mass, then a token inside it, each by
+argmax(p / E) with E ~ Exp(1) drawn from the row's own generator. That is exact sampling
+from p, needs only ~2*sqrt(V) random numbers per row instead of V, and makes a seeded request
+pick the same tokens alone or in a batch: the float noise between batched and unbatched
+matmuls (~1e-6 relative) would have to beat the gap between the two best perturbed scores.
+(Inverse-CDF sampling with one uniform per row flips tokens far more often, since a cumulative
+sum over the whole vocabulary amplifies that noise.)
+
+Logprobs reported are those of the *untempered* model distribution (temperature 1, no top-p /
+top-k), which is what the trainer recomputes; they are not the probabilities the token was
+drawn with when temperature != 1 or top-p/top-k truncate.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = -1  # -1 = whole vocabulary
+    max_new_tokens: int = 128
+    stop: tuple[str, ...] = ()
+    # Stops in addition to the model's eos ids (SGLang semantics); `ignore_eos` drops the latter.
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    no_stop_trim: bool = False
+    sampling_seed: int | None = None
+
+
+def block_size(vocab: int) -> int:
+    return max(1, math.isqrt(vocab - 1) + 1)
+
+
+def noise_size(vocab: int) -> int:
+    """Exp(1) draws a non-greedy row needs per sampled token."""
+    size = block_size(vocab)
+    return -(-vocab // size) + size
+
+
+def sample_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor,
+                  exp_noise: torch.Tensor) -> torch.Tensor:
+    """logits [B, V] fp32; per-row temperature/top_p/top_k [B]; exp_noise [B, noise_size(V)]
+    of Exp(1) draws (ignored on greedy rows) -> token ids [B]."""
+    greedy = temperature <= 0
+    best = logits.argmax(-1)
+    if bool(greedy.all()):
+        return best
+    scaled = logits / torch.where(greedy, torch.ones_like(temperature), temperature)[:, None]
+    if bool((top_k > 0).any()) or bool((top_p < 1).any()):
+        scaled = _truncate(scaled, top_p, top_k)
+    return torch.where(greedy, best, _exponential_race(scaled.softmax(-1), exp_noise))
+
+
+def _exponential_race(probs: torch.Tensor, exp_noise: torch.Tensor) -> torch.Tensor:
+    rows, vocab = probs.shape
+    size = block_size(vocab)
+    blocks = -(-vocab // size)
+    padded = torch.nn.functional.pad(probs, (0, blocks * size - vocab)).view(rows, blocks, size)
+    block = (padded.sum(-1) / exp_noise[:, :blocks]).argmax(-1)
+    inside = padded[torch.arange(rows), block]
+    return block * size + (inside / exp_noise[:, blocks:]).argmax(-1)
+
+
+def _truncate(scaled: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor) -> torch.Tensor:
+    """Masks tokens outside each row's top-k / top-p set with -inf. Needs a B x V sort, so it
+    only runs when some row asks for truncation."""
+    vocab = scaled.shape[-1]
+    sorted_logits = scaled.sort(-1, descending=True).values
+    probs = sorted_logits.softmax(-1)
+    # A token survives top-p while the mass strictly before it is below p: the top token always does.
+    inside_p = ((probs.cumsum(-1) - probs) < top_p[:, None]).sum(-1)
+    keep = torch.minimum(inside_p, torch.where(top_k > 0, top_k, torch.full_like(top_k, vocab)))
+    threshold = sorted_logits.gather(1, (keep - 1)[:, None])
+    return scaled.masked_fill(scaled < threshold, float("-inf"))
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Untempered log p(token) per row: logits [B, V], tokens [B] -> [B]."""
+    return logits.gather(-1, tokens[:, None])[:, 0] - logits.logsumexp(-1)

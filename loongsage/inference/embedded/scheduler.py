@@ -1,0 +1,271 @@
+"""Continuous batching loop.
+
+A background thread admits queued requests into free KV-cache slots (prefilling each new
+prompt, or copying the prefill of an identical recent prompt), then runs one batched decode
+step for every running sequence. Finished sequences leave the batch at once and the last slot
+moves into the hole, so the batch stays contiguous and no compute is spent on dead rows.
+
+Every state change other than `submit` (abort, pause, weight updates, cache flushes) runs on
+the loop thread between steps via `call`, so the model and caches need no locks.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from loongsage.inference.embedded.kv_cache import KVCache, PrefillResult, PromptCache
+from loongsage.inference.embedded.llama import LlamaModel
+from loongsage.inference.embedded.request import Sequence
+from loongsage.inference.embedded.sampling import noise_size, sample_tokens, token_logprobs
+
+log = logging.getLogger(__name__)
+
+# Prompt logits are materialised [chunk, vocab] at a time: a 2k-token prompt at 49k vocab
+# would otherwise need ~400 MB at once.
+PROMPT_LOGITS_CHUNK = 256
+
+
+@dataclass
+class SchedulerStats:
+    prefills: int = 0
+    prompt_cache_hits: int = 0
+    decode_steps: int = 0
+    decoded_tokens: int = 0
+    max_batch_size: int = 0
+
+
+class Scheduler:
+    def __init__(self, model: LlamaModel, max_running: int, max_context: int, prompt_cache_size: int = 16,
+                 decode: Callable[[list[int]], str] | None = None, seed: int = 0):
+        cfg = model.cfg
+        dtype = next(model.parameters()).dtype
+        self.model = model
+        self.max_running = max_running
+        self.cache = KVCache(cfg.num_layers, max_running, cfg.num_kv_heads, cfg.head_dim, max_context, dtype)
+        self.prompts = PromptCache(prompt_cache_size)
+        self.decode_text = decode
+        self.rng = torch.Generator().manual_seed(seed)
+        self.stats = SchedulerStats()
+        self.running: list[Sequence] = []
+        self.paused = False
+        self._waiting: deque[Sequence] = deque()
+        self._commands: deque[tuple[Callable, Future]] = deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="engine-scheduler", daemon=True)
+
+    # ---- thread-safe API -------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        self._thread.join()
+
+    def submit(self, seq: Sequence) -> None:
+        with self._cond:
+            self._waiting.append(seq)
+            self._cond.notify()
+
+    def call(self, fn: Callable, timeout: float | None = None):
+        """Run `fn()` on the loop thread between two steps and return its result."""
+        future: Future = Future()
+        with self._cond:
+            if self._stopping:
+                raise RuntimeError("scheduler is stopped")
+            self._commands.append((fn, future))
+            self._cond.notify()
+        return future.result(timeout)
+
+    def pause(self) -> None:
+        self.call(lambda: setattr(self, "paused", True))
+
+    def resume(self) -> None:
+        self.call(lambda: setattr(self, "paused", False))
+
+    def abort(self, rid: str | None) -> int:
+        """Abort one request by rid, or all when rid is None. Returns how many were aborted."""
+        return self.call(lambda: self._abort(rid))
+
+    # ---- loop thread -------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._stopping or self._commands or self._has_work()):
+                    self._cond.wait()
+                if self._stopping:
+                    break
+                commands, self._commands = self._commands, deque()
+            for fn, future in commands:
+                self._run_command(fn, future)
+            # Taken after the commands ran: a pause among them must stop admissions too.
+            with self._cond:
+                admitted = self._take_waiting()
+            for seq in admitted:
+                try:
+                    self._admit(seq)
+                except Exception as exc:  # one bad request must not take the engine down
+                    self._fail([seq], exc)
+            if self.running and not self.paused:
+                try:
+                    self._decode_step()
+                except Exception as exc:
+                    self._fail(list(self.running), exc)
+        self._shutdown()
+
+    def _fail(self, seqs: list[Sequence], exc: Exception) -> None:
+        log.exception("embedded engine step failed; aborting %d request(s)", len(seqs))
+        reason = {"type": "abort", "message": f"engine error: {type(exc).__name__}: {exc}"}
+        for seq in seqs:
+            if seq.slot >= 0:
+                self._retire(seq, reason)
+            elif seq.finish_reason is None:
+                seq.finish(reason)
+
+    def _has_work(self) -> bool:
+        return not self.paused and bool(self._waiting or self.running)
+
+    def _take_waiting(self) -> list[Sequence]:
+        if self.paused:
+            return []
+        free = self.max_running - len(self.running)
+        return [self._waiting.popleft() for _ in range(min(free, len(self._waiting)))]
+
+    @staticmethod
+    def _run_command(fn: Callable, future: Future) -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as exc:  # the caller re-raises it; the loop must survive
+            future.set_exception(exc)
+
+    def _admit(self, seq: Sequence) -> None:
+        entry = self._prefill(seq)
+        if seq.wants_prompt_logprobs:
+            seq.input_logprobs = ([None] + entry.prompt_logprobs)[seq.logprob_start_len:]
+        if seq.params.max_new_tokens == 0:
+            seq.finish({"type": "length", "length": 0})
+            return
+        seq.slot = len(self.running)
+        self.cache.write(seq.slot, entry.keys, entry.values)
+        self.running.append(seq)
+        self._advance([seq], entry.last_logits[None])
+
+    def _prefill(self, seq: Sequence) -> PrefillResult:
+        key = tuple(seq.prompt_ids)
+        entry = self.prompts.get(key)
+        if entry is not None and (entry.prompt_logprobs is not None or not seq.wants_prompt_logprobs):
+            seq.cached_tokens = len(key)
+            self.stats.prompt_cache_hits += 1
+            return entry
+        self.stats.prefills += 1
+        ids = torch.tensor(seq.prompt_ids)
+        hidden, keys, values = self.model.prefill(ids)
+        with torch.inference_mode():
+            last_logits = self.model.logits(hidden[-1:])[0]
+            prompt_lps = self._prompt_logprobs(hidden, ids) if seq.wants_prompt_logprobs else None
+        entry = PrefillResult(keys, values, last_logits, prompt_lps)
+        # Scoring requests (max_new_tokens=0) are one-off prompt+response texts; caching them
+        # would only evict the GRPO prompts that do repeat.
+        if seq.params.max_new_tokens > 0:
+            self.prompts.put(key, entry)
+        return entry
+
+    def _prompt_logprobs(self, hidden: torch.Tensor, ids: torch.Tensor) -> list[float]:
+        out = []
+        for start in range(0, ids.shape[0] - 1, PROMPT_LOGITS_CHUNK):
+            end = min(start + PROMPT_LOGITS_CHUNK, ids.shape[0] - 1)
+            logits = self.model.logits(hidden[start:end])
+            out.append(token_logprobs(logits, ids[start + 1:end + 1]))
+        return torch.cat(out).tolist() if out else []
+
+    def _decode_step(self) -> None:
+        running = self.running
+        ids = torch.tensor([s.output_ids[-1] for s in running])
+        positions = torch.tensor([s.cached_length for s in running])
+        self.cache.ensure(int(positions.max()) + 1)
+        hidden = self.model.decode(ids, positions, self.cache.keys, self.cache.values)
+        with torch.inference_mode():
+            logits = self.model.logits(hidden)
+        self.stats.decode_steps += 1
+        self.stats.max_batch_size = max(self.stats.max_batch_size, len(running))
+        self._advance(list(running), logits)
+
+    def _advance(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
+        """Sample one token per sequence from its logits row, then retire the finished ones."""
+        params = [s.params for s in seqs]
+        tokens = sample_tokens(
+            logits, torch.tensor([p.temperature for p in params]), torch.tensor([p.top_p for p in params]),
+            torch.tensor([p.top_k for p in params]), self._exp_noise(seqs, logits.shape[-1]),
+        )
+        logprobs = token_logprobs(logits, tokens)
+        self.stats.decoded_tokens += len(seqs)
+        for seq, token, logprob in zip(seqs, tokens.tolist(), logprobs.tolist()):
+            seq.output_ids.append(token)
+            seq.output_logprobs.append(logprob)
+        # Retire only once every row has its token: `cached_length`, which sizes the slot move,
+        # counts the position this step wrote only after the append.
+        for seq in seqs:
+            reason = self._finish_reason(seq, seq.output_ids[-1])
+            if reason is not None:
+                self._retire(seq, reason)
+
+    def _exp_noise(self, seqs: list[Sequence], vocab: int) -> torch.Tensor:
+        """Exp(1) draws per row from the request's own generator (or the engine's), so a seeded
+        request consumes the same random stream whatever else is in the batch."""
+        noise = torch.ones(len(seqs), noise_size(vocab))
+        for row, seq in zip(noise, seqs):
+            if seq.params.temperature > 0:
+                row.exponential_(generator=seq.generator or self.rng)
+        return noise
+
+    def _finish_reason(self, seq: Sequence, token: int) -> dict | None:
+        if token in seq.stop_ids:
+            return {"type": "stop", "matched": token}
+        if seq.params.stop and self.decode_text is not None:
+            text = self.decode_text(seq.output_ids)
+            matched = next((s for s in seq.params.stop if s in text), None)
+            if matched is not None:
+                return {"type": "stop", "matched": matched}
+        if len(seq.output_ids) >= seq.params.max_new_tokens:
+            return {"type": "length", "length": len(seq.output_ids)}
+        return None
+
+    def _retire(self, seq: Sequence, reason: dict) -> None:
+        last = self.running.pop()
+        if last is not seq:
+            self.cache.move(last.slot, seq.slot, last.cached_length)
+            last.slot = seq.slot
+            self.running[seq.slot] = last
+        seq.slot = -1
+        seq.finish(reason)
+
+    def _abort(self, rid: str | None) -> int:
+        reason = {"type": "abort", "message": "aborted by request"}
+        with self._cond:
+            hit = [s for s in self._waiting if rid is None or s.rid == rid]
+            for seq in hit:
+                self._waiting.remove(seq)
+        for seq in hit:
+            seq.finish(reason)
+        running = [s for s in self.running if rid is None or s.rid == rid]
+        for seq in running:
+            self._retire(seq, reason)
+        return len(hit) + len(running)
+
+    def _shutdown(self) -> None:
+        reason = {"type": "abort", "message": "engine stopped"}
+        for seq in list(self.running):
+            self._retire(seq, reason)
+        for seq in self._waiting:
+            seq.finish(reason)
+        self._waiting.clear()
+        for _, future in self._commands:
+            future.set_exception(RuntimeError("scheduler is stopped"))

@@ -1,0 +1,183 @@
+"""SGLang-protocol HTTP front end of the embedded engine (FastAPI + uvicorn in a thread)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+import time
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+
+from loongsage.inference.embedded.engine import Engine
+from loongsage.inference.embedded.protocol import BadRequest
+from loongsage.inference.embedded.weights import WeightError
+from loongsage.transfer import unpack_named_tensors
+
+HEALTH_GENERATE_TIMEOUT_S = 30.0
+
+
+def build_app(engine: Engine) -> FastAPI:
+    app = FastAPI(title="LoongSage embedded engine")
+
+    @app.exception_handler(BadRequest)
+    async def bad_request(_: Request, exc: BadRequest):
+        return JSONResponse(exc.to_json(), status_code=400)
+
+    @app.post("/generate")
+    async def generate(request: Request):
+        return await engine.generate(await _json_body(request))
+
+    @app.get("/health")
+    async def health():
+        return Response(status_code=200)
+
+    @app.get("/health_generate")
+    async def health_generate():
+        probe = {"input_ids": [0], "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+        try:
+            await asyncio.wait_for(engine.generate(probe), HEALTH_GENERATE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            return JSONResponse({"error": {"message": "generation did not finish (paused?)"}}, status_code=503)
+        return Response(status_code=200)
+
+    @app.post("/flush_cache")
+    async def flush_cache():
+        await run_in_threadpool(engine.flush_cache)
+        return {"success": True, "message": "Cache flushed."}
+
+    @app.post("/pause_generation")
+    async def pause_generation():
+        await run_in_threadpool(engine.scheduler.pause)
+        return {"success": True}
+
+    @app.post("/continue_generation")
+    async def continue_generation():
+        await run_in_threadpool(engine.scheduler.resume)
+        return {"success": True}
+
+    @app.post("/abort_request")
+    async def abort_request(request: Request):
+        body = await _json_body(request)
+        abort_all = _field(body, "abort_all", bool, False)
+        rid = _field(body, "rid", str, "")
+        if not abort_all and not rid:
+            raise BadRequest("give 'rid' or 'abort_all': true", "rid")
+        aborted = await run_in_threadpool(engine.scheduler.abort, None if abort_all else rid)
+        return {"success": True, "aborted": aborted}
+
+    @app.get("/get_model_info")
+    async def get_model_info():
+        return engine.model_info()
+
+    @app.get("/get_weight_version")
+    async def get_weight_version():
+        return {"weight_version": engine.weight_version}
+
+    @app.get("/get_server_info")
+    async def get_server_info():
+        return engine.server_info()
+
+    @app.post("/update_weights_from_tensor")
+    async def update_weights_from_tensor(request: Request):
+        body = await _json_body(request)
+        payloads = _field(body, "serialized_named_tensors", list, None)
+        if payloads is None or len(payloads) != 1:
+            raise BadRequest("expected a list with one entry (this engine has one tensor-parallel rank)",
+                             "serialized_named_tensors")
+        load_format = _field(body, "load_format", str, "shm")
+        _field(body, "flush_cache", bool, True)  # the prompt cache is always dropped on an update
+        version = _version(body)
+        try:
+            named = unpack_named_tensors(load_format, payloads[0])
+        except (ValueError, KeyError, TypeError, FileNotFoundError) as exc:
+            raise BadRequest(f"cannot unpack with load_format={load_format!r}: {exc}", "serialized_named_tensors")
+        await _apply(engine.update_weights, named, version)
+        return {"success": True, "message": f"updated {len(named)} tensors", "weight_version": engine.weight_version}
+
+    @app.post("/update_weights_from_disk")
+    async def update_weights_from_disk(request: Request):
+        body = await _json_body(request)
+        model_path = _field(body, "model_path", str, None)
+        if not model_path:
+            raise BadRequest("'model_path' is required", "model_path")
+        _field(body, "load_format", str, None)
+        version = _version(body)
+        try:
+            await _apply(engine.update_weights_from_disk, model_path, version)
+        except FileNotFoundError as exc:
+            raise BadRequest(str(exc), "model_path")
+        return {"success": True, "message": f"loaded {model_path}", "weight_version": engine.weight_version}
+
+    return app
+
+
+async def _apply(update, *args) -> None:
+    try:
+        await run_in_threadpool(update, *args)
+    except WeightError as exc:
+        raise BadRequest(str(exc), exc.name)
+
+
+async def _json_body(request: Request):
+    try:
+        return json.loads(await request.body())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}", "body")
+
+
+def _field(body, name: str, kind: type, default):
+    if not isinstance(body, dict):
+        raise BadRequest("request body must be a JSON object", "body")
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise BadRequest(f"expected {kind.__name__}, got {type(value).__name__}", name)
+    return value
+
+
+def _version(body) -> str | None:
+    """SGLang takes the version as a string; the trainer's integer counter is accepted too."""
+    value = body.get("weight_version") if isinstance(body, dict) else None
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    raise BadRequest(f"expected a string, got {type(value).__name__}", "weight_version")
+
+
+class EmbeddedServer:
+    """Serves an `Engine` on its own thread; `start()` returns the base URL once it accepts."""
+
+    def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 0):
+        self.engine = engine
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Binding here (port 0 = any free port) removes the pick-then-bind race.
+        self._socket.bind((host, port))
+        self.base_url = "http://{}:{}".format(*self._socket.getsockname()[:2])
+        config = uvicorn.Config(build_app(engine), log_level="warning", access_log=False)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._run, name="engine-http", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.run(self._server.serve(sockets=[self._socket]))
+
+    def start(self, timeout: float = 30.0) -> str:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if not self._thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"embedded engine HTTP server did not start on {self.base_url}")
+            time.sleep(0.01)
+        return self.base_url
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join()
+        self._socket.close()
+        self.engine.stop()

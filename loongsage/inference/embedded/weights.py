@@ -1,0 +1,69 @@
+"""Loading an HF directory into `LlamaModel` and applying named weight updates to it."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import torch
+from safetensors import safe_open
+
+from loongsage.inference.embedded.llama import LlamaModel, ModelConfig, rope_inv_freq
+
+
+class WeightError(ValueError):
+    """A named tensor that does not fit the model; `name` is the offending parameter."""
+
+    def __init__(self, message: str, name: str):
+        super().__init__(message)
+        self.name = name
+
+
+def read_safetensors(model_dir: str | Path) -> list[tuple[str, torch.Tensor]]:
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors files in {model_dir}")
+    named = []
+    for path in files:
+        with safe_open(str(path), framework="pt") as f:
+            named.extend((name, f.get_tensor(name)) for name in f.keys())
+    return named
+
+
+def load_model(model_dir: str | Path, dtype: torch.dtype = torch.float32) -> LlamaModel:
+    cfg = ModelConfig.from_dir(model_dir)
+    # Build on the meta device: random init of a real model would be thrown away anyway.
+    with torch.device("meta"):
+        model = LlamaModel(cfg)
+    model = model.to_empty(device="cpu").to(dtype)
+    if cfg.tie_word_embeddings:
+        model.lm_head.weight = model.model.embed_tokens.weight
+    model.inv_freq = rope_inv_freq(cfg)
+    model.requires_grad_(False)
+    model.fuse_projections()
+    named = read_safetensors(model_dir)
+    loaded = apply_named_tensors(model, named)
+    missing = [n for n, p in model.named_parameters() if id(p) not in loaded]
+    if missing:
+        raise WeightError(f"{model_dir}: checkpoint lacks {len(missing)} parameters, e.g. {missing[0]}", missing[0])
+    return model.eval()
+
+
+def apply_named_tensors(model: LlamaModel, named: Iterable[tuple[str, torch.Tensor]]) -> set[int]:
+    """Copy each tensor into the parameter of the same HF name.
+
+    Everything is validated before the first copy so that a bad bucket leaves the model
+    untouched. Returns the ids of the parameters written.
+    """
+    params = dict(model.named_parameters(remove_duplicate=False))
+    named = list(named)
+    for name, tensor in named:
+        if name not in params:
+            raise WeightError(f"unknown parameter {name!r}", name)
+        if tuple(tensor.shape) != tuple(params[name].shape):
+            raise WeightError(
+                f"shape mismatch for {name!r}: got {list(tensor.shape)}, model has {list(params[name].shape)}", name
+            )
+    with torch.no_grad():
+        for name, tensor in named:
+            params[name].copy_(tensor)
+    return {id(params[name]) for name, _ in named}

@@ -1,0 +1,241 @@
+"""The embedded engine over real HTTP, checked against transformers on the tiny model."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from loongsage.inference.client import EngineClient, EngineError
+from loongsage.inference.embedded.engine import Engine
+from loongsage.inference.embedded.server import EmbeddedServer
+from loongsage.models import resolve_model_path
+from loongsage.transfer.transports import pack_inline
+
+torch.set_num_threads(1)
+PROMPT = [1, 504, 3458, 314, 253, 1345, 30, 198]
+
+
+@pytest.fixture(scope="module")
+def tiny_path():
+    return resolve_model_path("tiny")
+
+
+@pytest.fixture(scope="module")
+def hf(tiny_path):
+    return AutoModelForCausalLM.from_pretrained(str(tiny_path), dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="module")
+def server(tiny_path):
+    srv = EmbeddedServer(Engine(tiny_path, {"max_running": 16, "max_context": 256, "num_threads": 1}))
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    c = EngineClient(server.base_url, timeout=60)
+    yield c
+    c.close()
+
+
+def _greedy(max_new_tokens: int, **params) -> dict:
+    return {"temperature": 0, "max_new_tokens": max_new_tokens, "ignore_eos": True, **params}
+
+
+def _hf_greedy(hf, prompt: list[int], n: int) -> list[int]:
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(n):
+            ids.append(int(hf(torch.tensor([ids])).logits[0, -1].argmax()))
+    return ids[len(prompt):]
+
+
+def _hf_logprobs(hf, ids: list[int]) -> list[float]:
+    """log p(ids[i] | ids[:i]) for i >= 1."""
+    with torch.no_grad():
+        logits = hf(torch.tensor([ids])).logits[0]
+    return torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0].tolist()
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"input_ids": [1, 2], "sampling_params": {"temprature": 1.0}}, "sampling_params.temprature"),
+    ({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": -1}}, "sampling_params.max_new_tokens"),
+    ({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 300}}, "sampling_params.max_new_tokens"),
+    ({"input_ids": [1, 2], "sampling_params": {"temperature": "hot"}}, "sampling_params.temperature"),
+    ({"input_ids": [1, 2], "sampling_params": {"top_p": 0}}, "sampling_params.top_p"),
+    ({"input_ids": [1, 10**9]}, "input_ids"),
+    ({"input_ids": [[1, 2], [3, -4]]}, "input_ids[1]"),
+    ({"input_ids": "1 2"}, "input_ids"),
+    ({"input_ids": []}, "input_ids"),
+    ({"input_ids": [1, 2], "return_logprob": "yes"}, "return_logprob"),
+    ({"input_ids": [1, 2], "logprob_start_len": 5}, "logprob_start_len"),
+    ({"input_ids": [1, 2], "colour": 1}, "colour"),
+    ({"sampling_params": {}}, "input_ids"),
+    ([1, 2, 3], "body"),
+])
+def test_bad_generate_requests_get_400_naming_the_field(server, body, field):
+    response = httpx.post(f"{server.base_url}/generate", json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["field"] == field
+
+
+def test_invalid_json_and_control_bodies_get_400(server):
+    response = httpx.post(f"{server.base_url}/generate", content=b"{not json", headers={"content-type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"]["field"] == "body"
+    response = httpx.post(f"{server.base_url}/abort_request", json={"rid": 5})
+    assert response.status_code == 400 and response.json()["error"]["field"] == "rid"
+
+
+def test_client_raises_engine_error_with_message_and_url(client):
+    with pytest.raises(EngineError, match=r"/generate -> HTTP 400: .*max_new_tokens"):
+        client.generate(input_ids=PROMPT, sampling_params={"max_new_tokens": -3})
+
+
+def test_greedy_output_and_logprobs_match_transformers(client, hf):
+    out = client.generate(input_ids=PROMPT, sampling_params=_greedy(12), return_logprob=True)
+    expected = _hf_greedy(hf, PROMPT, 12)
+    assert out["output_ids"] == expected
+    meta = out["meta_info"]
+    assert meta["finish_reason"] == {"type": "length", "length": 12}
+    assert (meta["prompt_tokens"], meta["completion_tokens"]) == (len(PROMPT), 12)
+    ours = [lp for lp, _, _ in meta["output_token_logprobs"]]
+    assert [t for _, t, _ in meta["output_token_logprobs"]] == expected
+    assert ours == pytest.approx(_hf_logprobs(hf, PROMPT + expected)[len(PROMPT) - 1:], abs=1e-5)
+
+
+def test_prompt_logprobs_and_teacher_scoring(client, hf):
+    ids = PROMPT + [42, 43, 44]
+    reference = _hf_logprobs(hf, ids)
+    scored = client.generate(input_ids=ids, sampling_params={"max_new_tokens": 0}, return_logprob=True,
+                             logprob_start_len=0)
+    entries = scored["meta_info"]["input_token_logprobs"]
+    assert scored["output_ids"] == [] and scored["meta_info"]["finish_reason"]["type"] == "length"
+    assert entries[0] == [None, ids[0], None]
+    assert [t for _, t, _ in entries] == ids
+    assert [lp for lp, _, _ in entries[1:]] == pytest.approx(reference, abs=1e-5)
+    tail = client.generate(input_ids=ids, sampling_params={"max_new_tokens": 0}, return_logprob=True,
+                           logprob_start_len=len(PROMPT))
+    assert [lp for lp, _, _ in tail["meta_info"]["input_token_logprobs"]] == pytest.approx(
+        reference[len(PROMPT) - 1:], abs=1e-5)
+
+
+def test_batch_text_and_stop_token(client):
+    first = client.generate(input_ids=PROMPT, sampling_params=_greedy(6))["output_ids"]
+    stop_at = first[2]
+    out = client.generate(input_ids=[PROMPT, PROMPT[:4]], sampling_params=_greedy(6, stop_token_ids=[stop_at]),
+                          rid=["a", "b"])
+    assert [o["meta_info"]["id"] for o in out] == ["a", "b"]
+    first_stop = first.index(stop_at)
+    assert out[0]["output_ids"] == first[:first_stop + 1]
+    assert out[0]["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop_at}
+    texts = client.generate(text=["Hello there", "Hi"], sampling_params={"max_new_tokens": 3})
+    assert len(texts) == 2 and all(isinstance(t["text"], str) for t in texts)
+
+
+def test_concurrent_requests_are_batched_and_reproducible(client):
+    prompts = [PROMPT[: 3 + i % 5] + [100 + i] for i in range(16)]
+    params = [{"temperature": 1.0, "max_new_tokens": 6 + i, "ignore_eos": True, "sampling_seed": 1000 + i}
+              for i in range(16)]
+    before = client.get_server_info()["stats"]["decode_steps"]
+
+    async def all_at_once():
+        return await asyncio.gather(*(client.agenerate(input_ids=p, sampling_params=s, rid=f"r{i}")
+                                      for i, (p, s) in enumerate(zip(prompts, params))))
+
+    batched = asyncio.run(all_at_once())
+    stats = client.get_server_info()["stats"]
+    assert stats["max_batch_size"] > 1
+    # Batching means far fewer steps than the 16 requests' tokens taken one by one.
+    assert stats["decode_steps"] - before < sum(s["max_new_tokens"] - 1 for s in params) / 2
+    for i, (prompt, sp, out) in enumerate(zip(prompts, params, batched)):
+        assert out["meta_info"]["id"] == f"r{i}"
+        assert len(out["output_ids"]) == sp["max_new_tokens"]
+        alone = client.generate(input_ids=prompt, sampling_params=sp)
+        assert alone["output_ids"] == out["output_ids"], f"request {i} differs alone vs batched"
+
+
+def test_identical_prompts_reuse_the_prefill(client):
+    client.flush_cache()
+    before = client.get_server_info()["stats"]
+    outs = client.generate(input_ids=[PROMPT] * 8, sampling_params={"max_new_tokens": 4, "temperature": 1.0},
+                           return_logprob=True)
+    after = client.get_server_info()["stats"]
+    assert after["prefills"] - before["prefills"] == 1
+    assert after["prompt_cache_hits"] - before["prompt_cache_hits"] == 7
+    assert sum(o["meta_info"]["cached_tokens"] for o in outs) == 7 * len(PROMPT)
+
+
+def _wait_until_running(client, rid_count: int = 1) -> None:
+    deadline = time.monotonic() + 10
+    while client.get_server_info()["running"] < rid_count:
+        assert time.monotonic() < deadline, "request never started"
+        time.sleep(0.01)
+
+
+def test_abort_returns_partial_output(client):
+    async def scenario():
+        task = asyncio.create_task(client.agenerate(input_ids=PROMPT, sampling_params=_greedy(240), rid="long"))
+        await asyncio.to_thread(_wait_until_running, client)
+        await asyncio.to_thread(client.abort_request, "long")
+        return await task
+
+    out = asyncio.run(scenario())
+    assert out["meta_info"]["finish_reason"]["type"] == "abort"
+    assert 0 < len(out["output_ids"]) < 240
+
+
+def test_pause_holds_the_batch_until_continue(client):
+    async def scenario():
+        task = asyncio.create_task(client.agenerate(input_ids=PROMPT, sampling_params=_greedy(240)))
+        await asyncio.to_thread(_wait_until_running, client)
+        await asyncio.to_thread(client.pause_generation)
+        try:
+            steps = client.get_server_info()["stats"]["decode_steps"]
+            await asyncio.sleep(0.3)
+            info = client.get_server_info()
+            assert info["paused"] and info["running"] == 1 and not task.done()
+            assert info["stats"]["decode_steps"] == steps
+        finally:
+            await asyncio.to_thread(client.continue_generation)
+        return await task
+
+    out = asyncio.run(scenario())
+    assert out["meta_info"]["finish_reason"]["type"] == "length" and len(out["output_ids"]) == 240
+
+
+def test_update_weights_from_tensor_changes_outputs_and_version(client, hf, tiny_path):
+    original = client.generate(input_ids=PROMPT, sampling_params=_greedy(8))
+    named = [(n, p.detach() * 3.0) for n, p in hf.named_parameters()]
+
+    with pack_inline(named[:2] + [("model.layers.0.mlp.nope.weight", torch.zeros(2))]) as payload:
+        with pytest.raises(EngineError, match="nope"):
+            client.update_weights_from_tensor([payload], load_format="inline", weight_version="6")
+    with pack_inline([("model.norm.weight", torch.zeros(7))]) as payload:
+        with pytest.raises(EngineError, match="model.norm.weight"):
+            client.update_weights_from_tensor([payload], load_format="inline", weight_version="6")
+    assert client.get_weight_version() == "default"
+    assert client.generate(input_ids=PROMPT, sampling_params=_greedy(8))["output_ids"] == original["output_ids"]
+
+    with pack_inline(named) as payload:
+        client.update_weights_from_tensor([payload], load_format="inline", weight_version="7")
+    updated = client.generate(input_ids=PROMPT, sampling_params=_greedy(8))
+    assert client.get_weight_version() == "7" and client.get_model_info()["weight_version"] == "7"
+    assert updated["meta_info"]["weight_version"] == "7"
+    assert updated["output_ids"] != original["output_ids"]
+
+    client.update_weights_from_disk(str(tiny_path), weight_version="8")
+    restored = client.generate(input_ids=PROMPT, sampling_params=_greedy(8))
+    assert restored["output_ids"] == original["output_ids"]
+    assert restored["meta_info"]["weight_version"] == "8"
+
+
+def test_health_endpoints(client):
+    assert client.health() and client.health_generate()
+    info = client.get_model_info()
+    assert info["is_generation"] is True and info["model_path"].endswith("tiny")

@@ -1,0 +1,90 @@
+"""Our Llama forward against transformers on the tiny model (fp32)."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from loongsage.inference.embedded.kv_cache import KVCache
+from loongsage.inference.embedded.llama import ModelConfig, UnsupportedModelError
+from loongsage.inference.embedded.weights import WeightError, apply_named_tensors, load_model
+from loongsage.models import resolve_model_path
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def tiny_path():
+    return resolve_model_path("tiny")
+
+
+@pytest.fixture(scope="module")
+def hf(tiny_path):
+    return AutoModelForCausalLM.from_pretrained(str(tiny_path), dtype=torch.float32).eval()
+
+
+def _hf_logits(hf, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return hf(ids[None]).logits[0]
+
+
+def test_prefill_and_batched_decode_match_transformers(tiny_path, hf):
+    model = load_model(tiny_path)
+    ids = torch.randint(0, model.cfg.vocab_size, (24,), generator=torch.Generator().manual_seed(0))
+    ref = _hf_logits(hf, ids)
+
+    hidden, keys, values = model.prefill(ids)
+    assert torch.allclose(model.logits(hidden), ref, atol=1e-5)
+
+    # Two sequences of different lengths decode together; the shorter one must not see the
+    # longer one's padding columns.
+    cfg = model.cfg
+    cache = KVCache(cfg.num_layers, 2, cfg.num_kv_heads, cfg.head_dim, 64, torch.float32, chunk=8)
+    cache.write(0, *model.prefill(ids[:12])[1:])
+    cache.write(1, *model.prefill(ids[:5])[1:])
+    for step in range(12):
+        positions = torch.tensor([12 + step, 5 + step])
+        cache.ensure(int(positions.max()) + 1)
+        hidden = model.decode(ids[positions], positions, cache.keys, cache.values)
+        assert torch.allclose(model.logits(hidden), ref[positions], atol=1e-5)
+    assert cache.capacity == 24  # grown in chunks of 8
+
+
+def test_old_style_rope_config_with_null_scaling(tiny_path, hf, tmp_path):
+    shutil.copytree(tiny_path, tmp_path / "m")
+    config_path = tmp_path / "m" / "config.json"
+    raw = json.loads(config_path.read_text())
+    theta = raw.pop("rope_parameters")["rope_theta"]
+    config_path.write_text(json.dumps({**raw, "rope_theta": theta, "rope_scaling": None}))
+    model = load_model(tmp_path / "m")
+    ids = torch.arange(1, 17)
+    assert torch.allclose(model.logits(model.prefill(ids)[0]), _hf_logits(hf, ids), atol=1e-5)
+
+
+def test_unsupported_architecture_is_named(tiny_path, tmp_path):
+    shutil.copytree(tiny_path, tmp_path / "m")
+    config_path = tmp_path / "m" / "config.json"
+    raw = json.loads(config_path.read_text())
+    config_path.write_text(json.dumps({**raw, "architectures": ["MistralForCausalLM"]}))
+    with pytest.raises(UnsupportedModelError, match="MistralForCausalLM"):
+        ModelConfig.from_dir(tmp_path / "m")
+
+
+def test_bad_weight_bucket_leaves_model_untouched(tiny_path):
+    model = load_model(tiny_path)
+    before = model.model.norm.weight.clone()
+    bucket = [("model.norm.weight", torch.zeros_like(before)), ("model.layers.0.mlp.up_proj.weight", torch.zeros(3))]
+    with pytest.raises(WeightError, match="up_proj") as err:
+        apply_named_tensors(model, bucket)
+    assert err.value.name == "model.layers.0.mlp.up_proj.weight"
+    assert torch.equal(model.model.norm.weight, before)
+
+
+def test_tied_lm_head_updates_with_embeddings(tiny_path):
+    model = load_model(tiny_path)
+    new = torch.randn_like(model.lm_head.weight)
+    apply_named_tensors(model, [("lm_head.weight", new)])
+    assert torch.equal(model.model.embed_tokens.weight, new)
