@@ -18,7 +18,14 @@ class RolloutGroup:
         from loongsage.inference.embedded.actor import EmbeddedEngineActor
 
         self.cfg = cfg
-        engine_cfg = {"max_running": cfg.max_running, "max_context": cfg.max_context, "num_threads": cfg.num_threads, "dtype": cfg.dtype}
+        engine_cfg = {
+            "max_running": cfg.max_running,
+            "max_context": cfg.max_context,
+            "num_threads": cfg.num_threads,
+            "dtype": cfg.dtype,
+            # Versions count trainer steps; the starting weights are version 0.
+            "weight_version": "0",
+        }
         self.actors = [EmbeddedEngineActor.remote(model_path, engine_cfg) for _ in range(cfg.num_engines)]
         self.urls: list[str] = ray.get([actor.start.remote() for actor in self.actors])
         self.clients = [EngineClient(url, timeout=cfg.request_timeout_s) for url in self.urls]

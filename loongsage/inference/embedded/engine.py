@@ -24,6 +24,7 @@ class EngineConfig:
     dtype: str = "float32"
     prompt_cache_size: int = 16  # prefilled prompts kept for reuse (GRPO repeats each prompt)
     seed: int = 0  # for requests without their own sampling_seed
+    weight_version: str = "default"  # the version the starting weights carry (SGLang's --weight-version)
 
     @classmethod
     def from_dict(cls, cfg: dict | None) -> "EngineConfig":
@@ -48,7 +49,7 @@ class Engine:
         model_cfg = self.model.cfg
         max_context = min(self.cfg.max_context, model_cfg.max_position_embeddings)
         self.limits = Limits(model_cfg.vocab_size, max_context, model_cfg.eos_token_ids)
-        self.weight_version = "default"
+        self.weight_version = self.cfg.weight_version
         self.scheduler = Scheduler(
             self.model, self.cfg.max_running, max_context, self.cfg.prompt_cache_size,
             decode=self.tokenizer.decode if self.tokenizer is not None else None, seed=self.cfg.seed,
