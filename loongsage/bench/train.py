@@ -22,7 +22,7 @@ from loongsage.models import load_causal_lm, resolve_model_path
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_micro_batches
 from loongsage.training.fsdp import TrainWorker
-from loongsage.training.settings import AlgoSettings, TrainerSettings
+from loongsage.config.schema import AlgorithmConfig, TrainerConfig
 
 LR = 1e-6
 
@@ -86,8 +86,8 @@ def _samples(args: argparse.Namespace) -> list[Sample]:
 
 
 def _trainer(model_path, args: argparse.Namespace) -> TrainWorker:
-    settings = TrainerSettings(micro_batch_size=args.micro_batch_size, lr=LR, num_threads=torch.get_num_threads())
-    worker = TrainWorker(str(model_path), settings, AlgoSettings(), seed=args.seed, rank=0)
+    settings = TrainerConfig(micro_batch_size=args.micro_batch_size, lr=LR, num_threads=torch.get_num_threads())
+    worker = TrainWorker(str(model_path), settings, AlgorithmConfig(), seed=args.seed, rank=0)
     worker.setup(*worker.rendezvous_address())
     return worker
 

@@ -3,3 +3,9 @@
 
 def digit_fraction(response: str, label: str) -> float:
     return sum(ch.isdigit() for ch in response) / max(len(response), 1)
+
+
+def explode_on_sevens(response: str, label: str) -> float:
+    if "7" in response:
+        raise RuntimeError("this reward function cannot handle sevens")
+    return 1.0

@@ -8,7 +8,7 @@ import torch
 
 from loongsage.sample import Sample
 from loongsage.training.fsdp import TrainWorker
-from loongsage.training.settings import AlgoSettings, TrainerSettings
+from loongsage.config.schema import AlgorithmConfig, TrainerConfig
 
 VOCAB = 49152
 METRIC_KEYS = {
@@ -46,7 +46,7 @@ def make_worker(tiny_model_path):
     """Build a set-up worker; only one process group can live in a process at a time."""
     workers = []
 
-    def make(trainer: TrainerSettings, algo: AlgoSettings = AlgoSettings()) -> TrainWorker:
+    def make(trainer: TrainerConfig, algo: AlgorithmConfig = AlgorithmConfig()) -> TrainWorker:
         while workers:
             workers.pop().close()
         worker = TrainWorker(tiny_model_path, trainer, algo, seed=0, rank=0)
@@ -75,11 +75,11 @@ def capture_grads(worker: TrainWorker) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("mode", ["token_mean", "seq_mean_token_mean"])
 def test_grad_accumulation_equals_one_full_batch(make_worker, mode):
     samples = random_samples(8)
-    algo = AlgoSettings(loss_aggregation=mode)
-    full = make_worker(TrainerSettings(micro_batch_size=8), algo)
+    algo = AlgorithmConfig(loss_aggregation=mode)
+    full = make_worker(TrainerConfig(micro_batch_size=8), algo)
     full_grads = capture_grads(full)
     full_metrics = full.train_step(samples)
-    accumulated = make_worker(TrainerSettings(micro_batch_size=3), algo)
+    accumulated = make_worker(TrainerConfig(micro_batch_size=3), algo)
     acc_grads = capture_grads(accumulated)
     acc_metrics = accumulated.train_step(samples)
 
@@ -92,7 +92,7 @@ def test_grad_accumulation_equals_one_full_batch(make_worker, mode):
 
 def test_loss_is_token_mean_over_the_whole_batch(make_worker):
     samples = random_samples(8)
-    worker = make_worker(TrainerSettings(micro_batch_size=3), AlgoSettings(loss_aggregation="token_mean"))
+    worker = make_worker(TrainerConfig(micro_batch_size=3), AlgorithmConfig(loss_aggregation="token_mean"))
     metrics = worker.train_step(samples)
     # On-policy, the PPO ratio is 1, so the loss is -sum(A * mask) / sum(mask).
     weighted = sum(s.advantage * sum(s.loss_mask) for s in samples)
@@ -108,7 +108,7 @@ def test_loss_is_token_mean_over_the_whole_batch(make_worker):
 
 def test_compute_logprobs_aligns_with_a_plain_forward(make_worker):
     samples = random_samples(3)
-    worker = make_worker(TrainerSettings(micro_batch_size=2))
+    worker = make_worker(TrainerConfig(micro_batch_size=2))
     logprobs = worker.compute_logprobs(samples)
     model = worker.model.module
     for sample, values in zip(samples, logprobs):
@@ -122,7 +122,7 @@ def test_compute_logprobs_aligns_with_a_plain_forward(make_worker):
 
 def test_mismatch_kl_vanishes_when_rollout_matches_trainer(make_worker):
     samples = random_samples(4)
-    worker = make_worker(TrainerSettings(micro_batch_size=2))
+    worker = make_worker(TrainerConfig(micro_batch_size=2))
     for sample, values in zip(samples, worker.compute_logprobs(samples)):
         sample.response_logprobs = values
     metrics = worker.train_step(samples)
@@ -131,8 +131,8 @@ def test_mismatch_kl_vanishes_when_rollout_matches_trainer(make_worker):
 
 def test_mini_batches_kl_and_warmup(make_worker):
     samples = random_samples(8)
-    trainer = TrainerSettings(micro_batch_size=2, mini_batches=2, lr=1e-2, warmup_steps=2)
-    worker = make_worker(trainer, AlgoSettings(kl_coef=0.1, entropy_coef=0.01))
+    trainer = TrainerConfig(micro_batch_size=2, mini_batches=2, lr=1e-2, warmup_steps=2)
+    worker = make_worker(trainer, AlgorithmConfig(kl_coef=0.1, entropy_coef=0.01))
     first = worker.train_step(samples)
     second = worker.train_step(samples)
     assert set(first) == METRIC_KEYS | {"train/kl"}
@@ -144,7 +144,7 @@ def test_mini_batches_kl_and_warmup(make_worker):
 
 
 def test_bfloat16_with_gradient_checkpointing(make_worker):
-    worker = make_worker(TrainerSettings(dtype="bfloat16", gradient_checkpointing=True, lr=1e-2))
+    worker = make_worker(TrainerConfig(dtype="bfloat16", gradient_checkpointing=True, lr=1e-2))
     metrics = worker.train_step(random_samples(4))
     assert {p.dtype for p in worker.model.parameters()} == {torch.bfloat16}
     assert all(value == value for value in metrics.values()), metrics  # no NaN

@@ -14,7 +14,7 @@ from loongsage.algorithms.losses import (
     token_logprobs,
 )
 from loongsage.training.batch import PackedBatch
-from loongsage.training.settings import AlgoSettings
+from loongsage.config.schema import AlgorithmConfig
 
 
 @dataclass
@@ -32,7 +32,7 @@ def micro_objective(
     batch: PackedBatch,
     old_logprobs: Tensor | None,
     ref_logprobs: Tensor | None,
-    algo: AlgoSettings,
+    algo: AlgorithmConfig,
 ) -> MicroObjective:
     """PPO-clip loss (+ kl_coef * KL to the reference) - entropy_coef * entropy.
 

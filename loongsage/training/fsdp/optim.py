@@ -4,16 +4,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from loongsage.training.settings import TrainerSettings
+from loongsage.config.schema import TrainerConfig
 
 
 def build_optimizer(
-    model: nn.Module, settings: TrainerSettings
+    model: nn.Module, settings: TrainerConfig
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     optimizer = torch.optim.AdamW(
         model.parameters(),
         lr=settings.lr,
-        betas=settings.betas,
+        betas=tuple(settings.betas),
         weight_decay=settings.weight_decay,
         # The for-each kernel batches the update over all parameters: the fastest on CPU.
         foreach=True,

@@ -34,7 +34,7 @@ from loongsage.training.fsdp.parallel import (
     wrap_model,
 )
 from loongsage.training.fsdp.shares import global_shares
-from loongsage.training.settings import AlgoSettings, TrainerSettings
+from loongsage.config.schema import AlgorithmConfig, TrainerConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # Long enough for a slow rank to finish a checkpoint; a dead rank is caught by the group.
@@ -42,7 +42,7 @@ COLLECTIVE_TIMEOUT = timedelta(minutes=30)
 
 
 class TrainWorker:
-    def __init__(self, model_path: str, trainer: TrainerSettings, algo: AlgoSettings, seed: int, rank: int):
+    def __init__(self, model_path: str, trainer: TrainerConfig, algo: AlgorithmConfig, seed: int, rank: int):
         torch.set_num_threads(trainer.num_threads)
         self.model_path = Path(model_path)
         self.trainer, self.algo = trainer, algo
@@ -133,7 +133,7 @@ class TrainWorker:
             return None
         named = checkpoint.hf_weights(weights, self.tied_names).items()
         bucket_bytes = self.trainer.weight_sync_bucket_mb * 1024 * 1024
-        return transfer.push_weights(named, engine_urls, version, bucket_bytes)
+        return transfer.push_weights(named, engine_urls, version, bucket_bytes, self.trainer.weight_sync_transport)
 
     def _optimizer_step(
         self, micros: list[PackedBatch], olds: list[Tensor] | None, refs: list[Tensor] | None, sums: StepMetrics
