@@ -26,8 +26,8 @@ class Controller:
         self.run_dir = run_dir
         model_path = str(resolve_model_path(cfg.model.name))
         self.prompts = PromptStream(cfg.data, load_tokenizer(model_path), cfg.run.seed)
-        self.trainer = TrainGroup(model_path, cfg.trainer, cfg.algorithm, cfg.run.seed)
         self.rollout = RolloutGroup(cfg.rollout, model_path)
+        self.trainer = TrainGroup(model_path, cfg.trainer, cfg.algorithm, cfg.run.seed)
         self.rewards = RewardPool(cfg.data.reward, cfg.data.num_reward_workers)
         self.source = SyncRolloutSource(cfg.rollout, self.prompts, self.rollout, self.rewards, cfg.run.seed)
         self.step = 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from functools import cached_property
 
 import ray
 
@@ -27,8 +28,16 @@ class RolloutGroup:
             "weight_version": "0",
         }
         self.actors = [EmbeddedEngineActor.remote(model_path, engine_cfg) for _ in range(cfg.num_engines)]
-        self.urls: list[str] = ray.get([actor.start.remote() for actor in self.actors])
-        self.clients = [EngineClient(url, timeout=cfg.request_timeout_s) for url in self.urls]
+        # Engines load their weights while the caller goes on (e.g. to start the trainer).
+        self._started = [actor.start.remote() for actor in self.actors]
+
+    @cached_property
+    def urls(self) -> list[str]:
+        return ray.get(self._started)
+
+    @cached_property
+    def clients(self) -> list[EngineClient]:
+        return [EngineClient(url, timeout=self.cfg.request_timeout_s) for url in self.urls]
 
     def generate(self, prompts: list[Prompt], step: int, seed: int) -> list[Sample]:
         """`group_size` samples per prompt, in prompt order; groups are consecutive."""

@@ -53,6 +53,19 @@ def test_prefill_and_batched_decode_match_transformers(tiny_path, hf):
     assert cache.capacity == 24  # grown in chunks of 8
 
 
+def test_right_padded_batched_prefill_matches_transformers(tiny_path, hf):
+    model = load_model(tiny_path)
+    gen = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, model.cfg.vocab_size, (n,), generator=gen) for n in (9, 16, 3)]
+    hidden, keys, values = model.prefill_batch(prompts)
+    for i, ids in enumerate(prompts):
+        n = ids.shape[0]
+        assert torch.allclose(model.logits(hidden[i, :n]), _hf_logits(hf, ids), atol=1e-5)
+        _, alone_keys, alone_values = model.prefill(ids)
+        assert torch.allclose(keys[:, i, :, :n], alone_keys, atol=1e-5)
+        assert torch.allclose(values[:, i, :, :n], alone_values, atol=1e-5)
+
+
 def test_old_style_rope_config_with_null_scaling(tiny_path, hf, tmp_path):
     shutil.copytree(tiny_path, tmp_path / "m")
     config_path = tmp_path / "m" / "config.json"

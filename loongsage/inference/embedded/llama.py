@@ -138,11 +138,23 @@ class RMSNorm(nn.Module):
         return self.weight * x32.to(x.dtype)
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [B, H, T, D]; cos/sin: [B, 1, T, D] (half-rotation layout, as HF Llama)."""
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """x: [..., D] (half-rotation layout, as HF Llama); cos/signed_sin broadcast against it.
+
+    `signed_sin` carries rotate_half's minus sign (-sin on the first half), which saves a negation
+    per call and is bit-identical: (-a) * b == a * (-b) in IEEE arithmetic.
+    """
     half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+    return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * signed_sin
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear computed as (weight @ x.T).T, returned as a transposed view: MKL runs the skinny
+    decode shapes (a handful to a few dozen rows against a weight that does not fit in cache)
+    up to twice as fast in this orientation, and large prefill shapes equally fast."""
+    flat = x.reshape(-1, x.shape[-1])
+    out = torch.mm(weight, flat.t()) if bias is None else torch.addmm(bias[:, None], weight, flat.t())
+    return out.t().view(*x.shape[:-1], weight.shape[0])
 
 
 def fuse_linears(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -169,22 +181,22 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
         self.o_proj = nn.Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=cfg.o_bias)
 
-    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        """x: [B, T, hidden] -> q [B, H, T, D], k/v [B, KVH, T, D] with RoPE applied."""
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor):
+        """x: [B, T, hidden] -> q [B, T, H, D], k/v [B, T, KVH, D] with RoPE applied; cos/sin [B, T, 1, D]."""
         b, t, _ = x.shape
-        sizes = (self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim, self.num_kv_heads * self.head_dim)
-        q, k, v = F.linear(x, self.fused_weight, self.fused_bias).split(sizes, dim=-1)
-        q = q.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)
-        k = k.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        v = v.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+        heads = self.num_heads + 2 * self.num_kv_heads
+        qkv = linear(x, self.fused_weight, self.fused_bias).view(b, t, heads, self.head_dim)
+        # q and k share one RoPE pass: half the elementwise calls of rotating them apart.
+        qk = apply_rope(qkv[:, :, : self.num_heads + self.num_kv_heads], cos, signed_sin)
+        return qk[:, :, : self.num_heads], qk[:, :, self.num_heads:], qkv[:, :, self.num_heads + self.num_kv_heads:]
 
     def fuse(self) -> None:
         self.fused_weight, self.fused_bias = fuse_linears(self.q_proj, self.k_proj, self.v_proj)
 
     def out(self, attn: torch.Tensor) -> torch.Tensor:
-        b, _, t, _ = attn.shape
-        return self.o_proj(attn.transpose(1, 2).reshape(b, t, -1))
+        """attn: [B, T, H, D] -> [B, T, hidden]."""
+        b, t = attn.shape[:2]
+        return linear(attn.reshape(b, t, -1), self.o_proj.weight, self.o_proj.bias)
 
 
 class MLP(nn.Module):
@@ -196,7 +208,9 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # gate/up stay separate: fused into one [2I, H] matmul they measured slower on CPU.
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate = linear(x, self.gate_proj.weight, self.gate_proj.bias)
+        up = linear(x, self.up_proj.weight, self.up_proj.bias)
+        return linear(F.silu(gate) * up, self.down_proj.weight, self.down_proj.bias)
 
 
 class DecoderLayer(nn.Module):
@@ -227,6 +241,8 @@ class LlamaModel(nn.Module):
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)
+        self._rope_cos: torch.Tensor | None = None
+        self._rope_sin: torch.Tensor | None = None
 
     def fuse_projections(self) -> None:
         """Call once after the weights are in place (the forward passes use the fused tensors)."""
@@ -234,14 +250,25 @@ class LlamaModel(nn.Module):
             layer.self_attn.fuse()
 
     def _cos_sin(self, positions: torch.Tensor, dtype: torch.dtype):
-        """positions: [B, T] -> cos/sin [B, 1, T, D]; computed in fp32 like HF, then cast."""
-        freqs = positions.float()[..., None] * self.inv_freq
-        emb = torch.cat((freqs, freqs), dim=-1)[:, None]
-        return emb.cos().to(dtype), emb.sin().to(dtype)
+        """positions: [B, T] -> cos/signed_sin [B, T, 1, D], gathered from tables built once.
+
+        The tables hold the very values HF computes per call (fp32 position * inv_freq, then
+        cos/sin), so gathering rows changes nothing numerically.
+        """
+        needed = int(positions.max()) + 1
+        if self._rope_cos is None or self._rope_cos.shape[0] < needed or self._rope_cos.dtype != dtype:
+            # Doubling keeps rebuilds rare while decode walks one position per step.
+            self._build_rope_tables(max(2 * needed, 1024), dtype)
+        return self._rope_cos[positions][:, :, None], self._rope_sin[positions][:, :, None]
+
+    def _build_rope_tables(self, length: int, dtype: torch.dtype) -> None:
+        freqs = torch.arange(length).float()[:, None] * self.inv_freq
+        self._rope_cos = torch.cat((freqs, freqs), dim=-1).cos().to(dtype)
+        self._rope_sin = torch.cat((-freqs.sin(), freqs.sin()), dim=-1).to(dtype)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final-normed hidden states -> fp32 logits."""
-        return self.lm_head(hidden).float()
+        return linear(hidden, self.lm_head.weight).float()
 
     @torch.inference_mode()
     def prefill(self, input_ids: torch.Tensor):
@@ -250,19 +277,34 @@ class LlamaModel(nn.Module):
         Returns (hidden [T, hidden] after the final norm, keys, values) with keys/values
         stacked over layers as [layers, kv_heads, T, head_dim], ready to copy into a cache slot.
         """
-        t = input_ids.shape[0]
-        x = self.model.embed_tokens(input_ids)[None]
+        hidden, keys, values = self.prefill_batch([input_ids])
+        return hidden[0], keys[:, 0], values[:, 0]
+
+    @torch.inference_mode()
+    def prefill_batch(self, prompts: list[torch.Tensor]):
+        """Causal forward over several prompts at once, right-padded to the longest.
+
+        Causal attention keeps every real token blind to the padding after it, so no mask is
+        needed; outputs at padded positions are garbage the caller slices off.
+        Returns (hidden [N, T, hidden] after the final norm, keys, values [layers, N, kv_heads, T, head_dim]).
+        """
+        t = max(p.shape[0] for p in prompts)
+        input_ids = torch.zeros(len(prompts), t, dtype=torch.long)
+        for row, prompt in zip(input_ids, prompts):
+            row[: prompt.shape[0]] = prompt
+        x = self.model.embed_tokens(input_ids)
         cos, sin = self._cos_sin(torch.arange(t)[None], x.dtype)
         keys, values = [], []
         for layer in self.model.layers:
             attn = layer.self_attn
             q, k, v = attn.qkv(layer.input_layernorm(x), cos, sin)
+            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
             out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-            x = x + attn.out(out)
+            x = x + attn.out(out.transpose(1, 2))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
-            keys.append(k[0])
-            values.append(v[0])
-        return self.model.norm(x[0]), torch.stack(keys), torch.stack(values)
+            keys.append(k)
+            values.append(v)
+        return self.model.norm(x), torch.stack(keys), torch.stack(values)
 
     @torch.inference_mode()
     def decode(self, input_ids: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor,
@@ -273,20 +315,40 @@ class LlamaModel(nn.Module):
         Writes this step's keys/values at `positions` and returns normed hidden [B, hidden].
         """
         b = input_ids.shape[0]
-        rows = torch.arange(b)
         span = int(positions.max()) + 1
         # Shorter sequences see padding columns beyond their own length; mask them out.
-        mask = (torch.arange(span)[None, :] <= positions[:, None])[:, None, None, :]
+        bias = torch.zeros(b, 1, 1, span).masked_fill_(
+            (torch.arange(span)[None, :] > positions[:, None])[:, None, None, :], float("-inf"))
+        slots = _cache_rows(k_cache, b, positions)
         x = self.model.embed_tokens(input_ids)[:, None]
         cos, sin = self._cos_sin(positions[:, None], x.dtype)
         for i, layer in enumerate(self.model.layers):
             attn = layer.self_attn
             q, k, v = attn.qkv(layer.input_layernorm(x), cos, sin)
-            k_cache[i, rows, :, positions] = k[:, :, 0]
-            v_cache[i, rows, :, positions] = v[:, :, 0]
-            out = F.scaled_dot_product_attention(
-                q, k_cache[i, :b, :, :span], v_cache[i, :b, :, :span], attn_mask=mask, enable_gqa=True
-            )
-            x = x + attn.out(out)
+            flat_k, flat_v = k_cache[i].view(-1, k_cache.shape[-1]), v_cache[i].view(-1, v_cache.shape[-1])
+            flat_k.index_copy_(0, slots, k.reshape(-1, k.shape[-1]))
+            flat_v.index_copy_(0, slots, v.reshape(-1, v.shape[-1]))
+            out = _decode_attention(q[:, 0], k_cache[i, :b, :, :span], v_cache[i, :b, :, :span], bias)
+            x = x + attn.out(out[:, None])
             x = x + layer.mlp(layer.post_attention_layernorm(x))
         return self.model.norm(x[:, 0])
+
+
+def _cache_rows(cache: torch.Tensor, batch: int, positions: torch.Tensor) -> torch.Tensor:
+    """Row indices, in one layer's cache viewed as [slots * kv_heads * capacity, head_dim], of
+    position `positions[s]` for slots s < batch and every kv head ([batch * kv_heads], slot-major)."""
+    _, _, kv_heads, capacity, _ = cache.shape
+    heads = torch.arange(kv_heads)[None, :]
+    return ((torch.arange(batch)[:, None] * kv_heads + heads) * capacity + positions[:, None]).reshape(-1)
+
+
+def _decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """One query per sequence: q [B, H, D], keys/values [B, KVH, S, D], additive bias [B, 1, 1, S]
+    -> [B, H, D]. Plain batched matmuls: SDPA's flash kernel is tuned for long query blocks and
+    measured several times slower for a single query row."""
+    b, h, d = q.shape
+    kv_heads = keys.shape[1]
+    # GQA: query heads sharing a kv head are consecutive, so they become that head's rows.
+    grouped = q.reshape(b, kv_heads, h // kv_heads, d)
+    scores = torch.matmul(grouped, keys.transpose(-1, -2)).mul_(1.0 / math.sqrt(d)).add_(bias)
+    return torch.matmul(scores.softmax(-1), values).reshape(b, h, d)

@@ -1,8 +1,8 @@
 """Continuous batching loop.
 
-A background thread admits queued requests into free KV-cache slots (prefilling each new
-prompt, or copying the prefill of an identical recent prompt), then runs one batched decode
-step for every running sequence. Finished sequences leave the batch at once and the last slot
+A background thread admits queued requests into free KV-cache slots (prefilling the distinct
+new prompts together in right-padded batches, or copying the prefill of an identical recent
+prompt), then runs one batched decode step for every running sequence. Finished sequences leave the batch at once and the last slot
 moves into the hole, so the batch stays contiguous and no compute is spent on dead rows.
 
 Every state change other than `submit` (abort, pause, weight updates, cache flushes) runs on
@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 # Prompt logits are materialised [chunk, vocab] at a time: a 2k-token prompt at 49k vocab
 # would otherwise need ~400 MB at once.
 PROMPT_LOGITS_CHUNK = 256
+# Padded tokens per batched prefill forward: big enough for efficient matmuls, small enough
+# that activations and the stacked keys/values of many long prompts stay modest.
+PREFILL_TOKENS = 4096
 
 
 @dataclass
@@ -109,11 +112,8 @@ class Scheduler:
             # Taken after the commands ran: a pause among them must stop admissions too.
             with self._cond:
                 admitted = self._take_waiting()
-            for seq in admitted:
-                try:
-                    self._admit(seq)
-                except Exception as exc:  # one bad request must not take the engine down
-                    self._fail([seq], exc)
+            if admitted:
+                self._admit(admitted)
             if self.running and not self.paused:
                 try:
                     self._decode_step()
@@ -146,37 +146,87 @@ class Scheduler:
         except BaseException as exc:  # the caller re-raises it; the loop must survive
             future.set_exception(exc)
 
-    def _admit(self, seq: Sequence) -> None:
-        entry = self._prefill(seq)
-        if seq.wants_prompt_logprobs:
-            seq.input_logprobs = ([None] + entry.prompt_logprobs)[seq.logprob_start_len:]
-        if seq.params.max_new_tokens == 0:
-            seq.finish({"type": "length", "length": 0})
-            return
-        seq.slot = len(self.running)
-        self.cache.write(seq.slot, entry.keys, entry.values)
-        self.running.append(seq)
-        self._advance([seq], entry.last_logits[None])
+    def _admit(self, seqs: list[Sequence]) -> None:
+        """Prefill the new prompts together, put the sequences into slots, and sample every
+        first token in one batch."""
+        started, first_logits = [], []
+        for seq, entry in self._prefill(seqs):
+            try:  # one bad request must not take the engine down
+                if seq.wants_prompt_logprobs:
+                    seq.input_logprobs = ([None] + entry.prompt_logprobs)[seq.logprob_start_len:]
+                if seq.params.max_new_tokens == 0:
+                    seq.finish({"type": "length", "length": 0})
+                    continue
+                self.cache.write(len(self.running), entry.keys, entry.values)
+            except Exception as exc:
+                self._fail([seq], exc)
+                continue
+            seq.slot = len(self.running)
+            self.running.append(seq)
+            started.append(seq)
+            first_logits.append(entry.last_logits)
+        if started:
+            try:
+                self._advance(started, torch.stack(first_logits))
+            except Exception as exc:
+                self._fail(started, exc)
 
-    def _prefill(self, seq: Sequence) -> PrefillResult:
-        key = tuple(seq.prompt_ids)
-        entry = self.prompts.get(key)
-        if entry is not None and (entry.prompt_logprobs is not None or not seq.wants_prompt_logprobs):
-            seq.cached_tokens = len(key)
-            self.stats.prompt_cache_hits += 1
-            return entry
-        self.stats.prefills += 1
-        ids = torch.tensor(seq.prompt_ids)
-        hidden, keys, values = self.model.prefill(ids)
+    def _prefill(self, seqs: list[Sequence]) -> list[tuple[Sequence, PrefillResult]]:
+        """Each sequence with its prompt's prefill: from the prompt cache, or computed once per
+        distinct prompt in batched forwards. Sequences whose forward failed are failed here and left out."""
+        groups: dict[tuple[int, ...], list[Sequence]] = {}
+        for seq in seqs:
+            groups.setdefault(tuple(seq.prompt_ids), []).append(seq)
+        entries: dict[tuple[int, ...], PrefillResult] = {}
+        missing = []
+        for key, group in groups.items():
+            wants_logprobs = any(s.wants_prompt_logprobs for s in group)
+            entry = self.prompts.get(key)
+            if entry is not None and (entry.prompt_logprobs is not None or not wants_logprobs):
+                entries[key] = entry
+            else:
+                missing.append((key, wants_logprobs))
+        computed = set()
+        for batch in _prefill_batches(missing):
+            try:
+                entries.update(self._prefill_batch(batch))
+            except Exception as exc:
+                self._fail([s for key, _ in batch for s in groups[key]], exc)
+                continue
+            for key, _ in batch:
+                # Scoring requests (max_new_tokens=0) are one-off prompt+response texts; caching
+                # them would only evict the GRPO prompts that do repeat.
+                if any(s.params.max_new_tokens > 0 for s in groups[key]):
+                    self.prompts.put(key, entries[key])
+                computed.add(key)
+        out = []
+        for key, group in groups.items():
+            if key not in entries:
+                continue
+            # The first sequence of a freshly computed prompt paid for its prefill; every other
+            # one reuses it, whether from the prompt cache or from a twin admitted alongside.
+            reusers = group[1:] if key in computed else group
+            self.stats.prefills += key in computed
+            self.stats.prompt_cache_hits += len(reusers)
+            for seq in reusers:
+                seq.cached_tokens = len(key)
+            out.extend((seq, entries[key]) for seq in group)
+        return out
+
+    def _prefill_batch(self, batch: list[tuple[tuple[int, ...], bool]]) -> dict[tuple[int, ...], PrefillResult]:
+        prompts = [torch.tensor(key) for key, _ in batch]
+        hidden, keys, values = self.model.prefill_batch(prompts)
         with torch.inference_mode():
-            last_logits = self.model.logits(hidden[-1:])[0]
-            prompt_lps = self._prompt_logprobs(hidden, ids) if seq.wants_prompt_logprobs else None
-        entry = PrefillResult(keys, values, last_logits, prompt_lps)
-        # Scoring requests (max_new_tokens=0) are one-off prompt+response texts; caching them
-        # would only evict the GRPO prompts that do repeat.
-        if seq.params.max_new_tokens > 0:
-            self.prompts.put(key, entry)
-        return entry
+            last_logits = self.model.logits(torch.stack([h[p.shape[0] - 1] for h, p in zip(hidden, prompts)]))
+        entries = {}
+        for i, ((key, wants_logprobs), ids) in enumerate(zip(batch, prompts)):
+            n = ids.shape[0]
+            with torch.inference_mode():
+                prompt_lps = self._prompt_logprobs(hidden[i, :n], ids) if wants_logprobs else None
+            # Clones: a view would keep the whole padded batch alive as long as the prompt cache holds it.
+            entries[key] = PrefillResult(keys[:, i, :, :n].clone(), values[:, i, :, :n].clone(),
+                                         last_logits[i].clone(), prompt_lps)
+        return entries
 
     def _prompt_logprobs(self, hidden: torch.Tensor, ids: torch.Tensor) -> list[float]:
         out = []
@@ -201,11 +251,10 @@ class Scheduler:
     def _advance(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
         """Sample one token per sequence from its logits row, then retire the finished ones."""
         params = [s.params for s in seqs]
-        tokens = sample_tokens(
+        tokens, logprobs = sample_tokens(
             logits, torch.tensor([p.temperature for p in params]), torch.tensor([p.top_p for p in params]),
             torch.tensor([p.top_k for p in params]), self._exp_noise(seqs, logits.shape[-1]),
         )
-        logprobs = token_logprobs(logits, tokens)
         self.stats.decoded_tokens += len(seqs)
         for seq, token, logprob in zip(seqs, tokens.tolist(), logprobs.tolist()):
             seq.output_ids.append(token)
@@ -269,3 +318,16 @@ class Scheduler:
         self._waiting.clear()
         for _, future in self._commands:
             future.set_exception(RuntimeError("scheduler is stopped"))
+
+
+def _prefill_batches(prompts: list[tuple[tuple[int, ...], bool]]) -> list[list[tuple[tuple[int, ...], bool]]]:
+    """Groups prompts, sorted by length to limit padding, so each group's padded size stays
+    within PREFILL_TOKENS (a longer prompt gets a forward of its own)."""
+    batches: list[list] = []
+    for item in sorted(prompts, key=lambda p: len(p[0])):
+        # Sorted ascending, so the newest member is the longest and sets the padded width.
+        if batches and len(item[0]) * (len(batches[-1]) + 1) <= PREFILL_TOKENS:
+            batches[-1].append(item)
+        else:
+            batches.append([item])
+    return batches
