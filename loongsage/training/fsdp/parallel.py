@@ -25,11 +25,14 @@ FULL_ON_RANK0 = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
 def wrap_model(model: nn.Module, strategy: str) -> nn.Module:
+    if strategy not in ("ddp", "fsdp2"):
+        raise ValueError(f"trainer.strategy={strategy!r} is not one of ddp, fsdp2")
+    if dist.get_world_size() == 1:
+        # Nothing to average or shard; DDP would still copy every gradient into its buckets.
+        return model
     if strategy == "ddp":
         return nn.parallel.DistributedDataParallel(model)
-    if strategy == "fsdp2":
-        return _fully_shard(model)
-    raise ValueError(f"trainer.strategy={strategy!r} is not one of ddp, fsdp2")
+    return _fully_shard(model)
 
 
 @contextmanager
@@ -41,6 +44,9 @@ def grad_sync(model: nn.Module, enabled: bool) -> Iterator[None]:
         else:
             with model.no_sync():
                 yield
+        return
+    if not hasattr(model, "set_requires_gradient_sync"):  # a single rank's unwrapped model
+        yield
         return
     model.set_requires_gradient_sync(enabled)
     try:
