@@ -63,7 +63,7 @@ def make_worker(tiny_model_path):
 def capture_grads(worker: TrainWorker) -> dict[str, torch.Tensor]:
     """Filled with the (clipped) gradients the optimizer steps on."""
     grads: dict[str, torch.Tensor] = {}
-    names = {p: n for n, p in worker.model.module.named_parameters()}
+    names = {p: n for n, p in worker.model.named_parameters()}
 
     def hook(optimizer, args, kwargs):
         grads.update({names[p]: p.grad.clone() for p in names})
@@ -110,7 +110,7 @@ def test_compute_logprobs_aligns_with_a_plain_forward(make_worker):
     samples = random_samples(3)
     worker = make_worker(TrainerConfig(micro_batch_size=2))
     logprobs = worker.compute_logprobs(samples)
-    model = worker.model.module
+    model = worker.model
     for sample, values in zip(samples, logprobs):
         ids = torch.tensor([sample.prompt_ids + sample.response_ids])
         with torch.no_grad():
