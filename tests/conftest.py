@@ -17,6 +17,15 @@ def tiny_model_path() -> str:
 
 
 @pytest.fixture(scope="session")
+def hf_tiny(tiny_model_path):
+    """The tiny model as transformers runs it: the reference our own code is checked against."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+
+
+@pytest.fixture(scope="session")
 def ray_runtime():
     import ray
 

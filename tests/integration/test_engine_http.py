@@ -7,12 +7,10 @@ import time
 import httpx
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
 
 from loongsage.inference.client import EngineClient, EngineError
 from loongsage.inference.embedded.engine import Engine
 from loongsage.inference.embedded.server import EmbeddedServer
-from loongsage.models import resolve_model_path
 from loongsage.transfer.transports import pack_inline
 
 torch.set_num_threads(1)
@@ -20,18 +18,8 @@ PROMPT = [1, 504, 3458, 314, 253, 1345, 30, 198]
 
 
 @pytest.fixture(scope="module")
-def tiny_path():
-    return resolve_model_path("tiny")
-
-
-@pytest.fixture(scope="module")
-def hf(tiny_path):
-    return AutoModelForCausalLM.from_pretrained(str(tiny_path), dtype=torch.float32).eval()
-
-
-@pytest.fixture(scope="module")
-def server(tiny_path):
-    srv = EmbeddedServer(Engine(tiny_path, {"max_running": 16, "max_context": 256, "num_threads": 1}))
+def server(tiny_model_path):
+    srv = EmbeddedServer(Engine(tiny_model_path, {"max_running": 16, "max_context": 256, "num_threads": 1}))
     srv.start()
     yield srv
     srv.stop()
@@ -48,18 +36,18 @@ def _greedy(max_new_tokens: int, **params) -> dict:
     return {"temperature": 0, "max_new_tokens": max_new_tokens, "ignore_eos": True, **params}
 
 
-def _hf_greedy(hf, prompt: list[int], n: int) -> list[int]:
+def _hf_greedy(hf_tiny, prompt: list[int], n: int) -> list[int]:
     ids = list(prompt)
     with torch.no_grad():
         for _ in range(n):
-            ids.append(int(hf(torch.tensor([ids])).logits[0, -1].argmax()))
+            ids.append(int(hf_tiny(torch.tensor([ids])).logits[0, -1].argmax()))
     return ids[len(prompt):]
 
 
-def _hf_logprobs(hf, ids: list[int]) -> list[float]:
+def _hf_logprobs(hf_tiny, ids: list[int]) -> list[float]:
     """log p(ids[i] | ids[:i]) for i >= 1."""
     with torch.no_grad():
-        logits = hf(torch.tensor([ids])).logits[0]
+        logits = hf_tiny(torch.tensor([ids])).logits[0]
     return torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0].tolist()
 
 
@@ -97,21 +85,21 @@ def test_client_raises_engine_error_with_message_and_url(client):
         client.generate(input_ids=PROMPT, sampling_params={"max_new_tokens": -3})
 
 
-def test_greedy_output_and_logprobs_match_transformers(client, hf):
+def test_greedy_output_and_logprobs_match_transformers(client, hf_tiny):
     out = client.generate(input_ids=PROMPT, sampling_params=_greedy(12), return_logprob=True)
-    expected = _hf_greedy(hf, PROMPT, 12)
+    expected = _hf_greedy(hf_tiny, PROMPT, 12)
     assert out["output_ids"] == expected
     meta = out["meta_info"]
     assert meta["finish_reason"] == {"type": "length", "length": 12}
     assert (meta["prompt_tokens"], meta["completion_tokens"]) == (len(PROMPT), 12)
     ours = [lp for lp, _, _ in meta["output_token_logprobs"]]
     assert [t for _, t, _ in meta["output_token_logprobs"]] == expected
-    assert ours == pytest.approx(_hf_logprobs(hf, PROMPT + expected)[len(PROMPT) - 1:], abs=1e-5)
+    assert ours == pytest.approx(_hf_logprobs(hf_tiny, PROMPT + expected)[len(PROMPT) - 1:], abs=1e-5)
 
 
-def test_prompt_logprobs_and_teacher_scoring(client, hf):
+def test_prompt_logprobs_and_teacher_scoring(client, hf_tiny):
     ids = PROMPT + [42, 43, 44]
-    reference = _hf_logprobs(hf, ids)
+    reference = _hf_logprobs(hf_tiny, ids)
     scored = client.generate(input_ids=ids, sampling_params={"max_new_tokens": 0}, return_logprob=True,
                              logprob_start_len=0)
     entries = scored["meta_info"]["input_token_logprobs"]
@@ -209,9 +197,9 @@ def test_pause_holds_the_batch_until_continue(client):
     assert out["meta_info"]["finish_reason"]["type"] == "length" and len(out["output_ids"]) == 240
 
 
-def test_update_weights_from_tensor_changes_outputs_and_version(client, hf, tiny_path):
+def test_update_weights_from_tensor_changes_outputs_and_version(client, hf_tiny, tiny_model_path):
     original = client.generate(input_ids=PROMPT, sampling_params=_greedy(8))
-    named = [(n, p.detach() * 3.0) for n, p in hf.named_parameters()]
+    named = [(n, p.detach() * 3.0) for n, p in hf_tiny.named_parameters()]
 
     with pack_inline(named[:2] + [("model.layers.0.mlp.nope.weight", torch.zeros(2))]) as payload:
         with pytest.raises(EngineError, match="nope"):
@@ -229,7 +217,7 @@ def test_update_weights_from_tensor_changes_outputs_and_version(client, hf, tiny
     assert updated["meta_info"]["weight_version"] == "7"
     assert updated["output_ids"] != original["output_ids"]
 
-    client.update_weights_from_disk(str(tiny_path), weight_version="8")
+    client.update_weights_from_disk(str(tiny_model_path), weight_version="8")
     restored = client.generate(input_ids=PROMPT, sampling_params=_greedy(8))
     assert restored["output_ids"] == original["output_ids"]
     assert restored["meta_info"]["weight_version"] == "8"

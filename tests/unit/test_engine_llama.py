@@ -6,35 +6,23 @@ import shutil
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
 
 from loongsage.inference.embedded.kv_cache import KVCache
 from loongsage.inference.embedded.llama import ModelConfig, UnsupportedModelError
 from loongsage.inference.embedded.weights import WeightError, apply_named_tensors, load_model
-from loongsage.models import resolve_model_path
 
 torch.set_num_threads(1)
 
 
-@pytest.fixture(scope="module")
-def tiny_path():
-    return resolve_model_path("tiny")
-
-
-@pytest.fixture(scope="module")
-def hf(tiny_path):
-    return AutoModelForCausalLM.from_pretrained(str(tiny_path), dtype=torch.float32).eval()
-
-
-def _hf_logits(hf, ids: torch.Tensor) -> torch.Tensor:
+def _hf_logits(hf_tiny, ids: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
-        return hf(ids[None]).logits[0]
+        return hf_tiny(ids[None]).logits[0]
 
 
-def test_prefill_and_batched_decode_match_transformers(tiny_path, hf):
-    model = load_model(tiny_path)
+def test_prefill_and_batched_decode_match_transformers(tiny_model_path, hf_tiny):
+    model = load_model(tiny_model_path)
     ids = torch.randint(0, model.cfg.vocab_size, (24,), generator=torch.Generator().manual_seed(0))
-    ref = _hf_logits(hf, ids)
+    ref = _hf_logits(hf_tiny, ids)
 
     hidden, keys, values = model.prefill(ids)
     assert torch.allclose(model.logits(hidden), ref, atol=1e-5)
@@ -53,32 +41,32 @@ def test_prefill_and_batched_decode_match_transformers(tiny_path, hf):
     assert cache.capacity == 24  # grown in chunks of 8
 
 
-def test_right_padded_batched_prefill_matches_transformers(tiny_path, hf):
-    model = load_model(tiny_path)
+def test_right_padded_batched_prefill_matches_transformers(tiny_model_path, hf_tiny):
+    model = load_model(tiny_model_path)
     gen = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, model.cfg.vocab_size, (n,), generator=gen) for n in (9, 16, 3)]
     hidden, keys, values = model.prefill_batch(prompts)
     for i, ids in enumerate(prompts):
         n = ids.shape[0]
-        assert torch.allclose(model.logits(hidden[i, :n]), _hf_logits(hf, ids), atol=1e-5)
+        assert torch.allclose(model.logits(hidden[i, :n]), _hf_logits(hf_tiny, ids), atol=1e-5)
         _, alone_keys, alone_values = model.prefill(ids)
         assert torch.allclose(keys[:, i, :, :n], alone_keys, atol=1e-5)
         assert torch.allclose(values[:, i, :, :n], alone_values, atol=1e-5)
 
 
-def test_old_style_rope_config_with_null_scaling(tiny_path, hf, tmp_path):
-    shutil.copytree(tiny_path, tmp_path / "m")
+def test_old_style_rope_config_with_null_scaling(tiny_model_path, hf_tiny, tmp_path):
+    shutil.copytree(tiny_model_path, tmp_path / "m")
     config_path = tmp_path / "m" / "config.json"
     raw = json.loads(config_path.read_text())
     theta = raw.pop("rope_parameters")["rope_theta"]
     config_path.write_text(json.dumps({**raw, "rope_theta": theta, "rope_scaling": None}))
     model = load_model(tmp_path / "m")
     ids = torch.arange(1, 17)
-    assert torch.allclose(model.logits(model.prefill(ids)[0]), _hf_logits(hf, ids), atol=1e-5)
+    assert torch.allclose(model.logits(model.prefill(ids)[0]), _hf_logits(hf_tiny, ids), atol=1e-5)
 
 
-def test_unsupported_architecture_is_named(tiny_path, tmp_path):
-    shutil.copytree(tiny_path, tmp_path / "m")
+def test_unsupported_architecture_is_named(tiny_model_path, tmp_path):
+    shutil.copytree(tiny_model_path, tmp_path / "m")
     config_path = tmp_path / "m" / "config.json"
     raw = json.loads(config_path.read_text())
     config_path.write_text(json.dumps({**raw, "architectures": ["MistralForCausalLM"]}))
@@ -86,8 +74,8 @@ def test_unsupported_architecture_is_named(tiny_path, tmp_path):
         ModelConfig.from_dir(tmp_path / "m")
 
 
-def test_bad_weight_bucket_leaves_model_untouched(tiny_path):
-    model = load_model(tiny_path)
+def test_bad_weight_bucket_leaves_model_untouched(tiny_model_path):
+    model = load_model(tiny_model_path)
     before = model.model.norm.weight.clone()
     bucket = [("model.norm.weight", torch.zeros_like(before)), ("model.layers.0.mlp.up_proj.weight", torch.zeros(3))]
     with pytest.raises(WeightError, match="up_proj") as err:
@@ -96,8 +84,8 @@ def test_bad_weight_bucket_leaves_model_untouched(tiny_path):
     assert torch.equal(model.model.norm.weight, before)
 
 
-def test_tied_lm_head_updates_with_embeddings(tiny_path):
-    model = load_model(tiny_path)
+def test_tied_lm_head_updates_with_embeddings(tiny_model_path):
+    model = load_model(tiny_model_path)
     new = torch.randn_like(model.lm_head.weight)
     apply_named_tensors(model, [("lm_head.weight", new)])
     assert torch.equal(model.model.embed_tokens.weight, new)
