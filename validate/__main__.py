@@ -1,4 +1,4 @@
-"""python -m validate <run_dir> [--reference FILE] | python -m validate --record <run_dir> --command "..."
+"""python -m validate <run_dir> [--reference FILE] | python -m validate --record <run_dir>... --command "..."
 
 Exit 0 when the run's reward curve sits inside its recipe's reference band, 1 when not;
 a PNG of run vs band is written into the run dir either way.
@@ -22,26 +22,29 @@ TAG = "rollout/reward_mean"
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validate", description=__doc__.splitlines()[0])
-    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("run_dir", type=Path, nargs="+", help="the run to check; with --record, one or more seeds")
     parser.add_argument("--reference", type=Path, help="reference JSON (default: validate/references/<recipe>.json)")
     parser.add_argument("--record", action="store_true", help="make the run the recipe's new reference")
     parser.add_argument("--command", default="", help="with --record: the command that produced the run")
     args = parser.parse_args(argv)
+    if len(args.run_dir) > 1 and not args.record:
+        parser.error("give one run dir to check (several only with --record)")
     try:
-        config = _run_config(args.run_dir)
-        rewards = read_scalar(args.run_dir, TAG)
+        configs = [_run_config(run_dir) for run_dir in args.run_dir]
+        runs = [read_scalar(run_dir, TAG) for run_dir in args.run_dir]
     except (FileNotFoundError, KeyError) as error:
         print(f"validate: {error}", file=sys.stderr)
         return 2
     if args.record:
-        return _record(args, config, rewards)
+        return _record(args, configs[0], runs)
+    run_dir, config, rewards = args.run_dir[0], configs[0], runs[0]
     reference_path = args.reference or REFERENCES / f"{config['run']['name']}.json"
     if not reference_path.exists():
         print(f"validate: no reference for recipe {config['run']['name']!r} at {reference_path}", file=sys.stderr)
         return 2
     reference = json.loads(reference_path.read_text())
     result = compare(rewards, reference)
-    png = plot_run_vs_band(reference, rewards, result, args.run_dir / "validate.png")
+    png = plot_run_vs_band(reference, rewards, result, run_dir / "validate.png")
     _report(reference, result, png)
     return 0 if result["passed"] else 1
 
@@ -64,9 +67,9 @@ def _report(reference: dict, result: dict, png: Path) -> None:
     print(f"  plot: {png}")
 
 
-def _record(args, config: dict, rewards: dict[int, float]) -> int:
-    steps = sorted(rewards)
-    values = [rewards[s] for s in steps]
+def _record(args, config: dict, runs: list[dict[int, float]]) -> int:
+    steps = sorted(set.intersection(*(set(run) for run in runs)))
+    values = [[run[s] for s in steps] for run in runs]
     samples_per_step = config["rollout"]["prompts_per_step"] * config["rollout"]["group_size"]
     window, z, floor = 5, 3.0, 0.05
     center, low, high = make_band(values, samples_per_step, window, z, floor)
@@ -81,6 +84,7 @@ def _record(args, config: dict, rewards: dict[int, float]) -> int:
         "floor": floor,
         "min_inside_frac": 0.9,
         "steps": steps,
+        "runs": len(runs),
         "reward_mean": values,
         "center": center,
         "low": low,
@@ -88,7 +92,7 @@ def _record(args, config: dict, rewards: dict[int, float]) -> int:
     }
     out = args.reference or REFERENCES / f"{reference['recipe']}.json"
     out.write_text(json.dumps(reference, indent=1))
-    print(f"recorded {len(steps)} steps of {TAG} as the reference for {reference['recipe']}: {out}")
+    print(f"recorded {len(steps)} steps of {TAG} from {len(runs)} run(s) as the reference for {reference['recipe']}: {out}")
     return 0
 
 

@@ -1,9 +1,11 @@
 """The reference band and the comparison against it (pure functions).
 
-A reference is one recorded run. Per-step rewards are noisy (a mean over a few dozen
-binary rewards), so both curves are compared as trailing moving averages, and the band's
+A reference is one or more recorded runs of a recipe (different seeds). Per-step rewards
+are noisy (a mean over a few dozen binary rewards), so curves are compared as trailing
+moving averages. The band's center is the mean of the recorded runs' moving averages; its
 half-width is the sampling error of such an average (`z` standard errors of the mean of
-`samples_per_step * window` Bernoulli-like rewards) plus a floor for seed-to-seed drift.
+`samples_per_step * window` Bernoulli-like rewards), plus the widest distance of any
+recorded run from the center (seed-to-seed spread), plus a small floor.
 """
 from __future__ import annotations
 
@@ -18,13 +20,16 @@ def moving_average(values: list[float], window: int) -> list[float]:
     return out
 
 
-def make_band(rewards: list[float], samples_per_step: int, window: int, z: float, floor: float) -> tuple[list[float], list[float], list[float]]:
-    center = moving_average(rewards, window)
+def make_band(runs: list[list[float]], samples_per_step: int, window: int, z: float, floor: float) -> tuple[list[float], list[float], list[float]]:
+    """`runs`: per-step rewards of each recorded run, all over the same steps."""
+    averages = [moving_average(rewards, window) for rewards in runs]
+    center = [sum(column) / len(column) for column in zip(*averages)]
     low, high = [], []
     for i, mean in enumerate(center):
         n = samples_per_step * min(i + 1, window)
         p = min(max(mean, 0.0), 1.0)
-        half = z * math.sqrt(max(p * (1 - p), 0.0625 * 0.25) / n) + floor
+        spread = max(abs(average[i] - mean) for average in averages)
+        half = z * math.sqrt(max(p * (1 - p), 0.0625 * 0.25) / n) + spread + floor
         low.append(mean - half)
         high.append(mean + half)
     return center, low, high

@@ -15,7 +15,7 @@ def test_moving_average_is_trailing():
 
 
 def test_band_is_symmetric_and_narrows_with_more_samples():
-    center, low, high = make_band([0.5] * 6, samples_per_step=16, window=3, z=3.0, floor=0.0)
+    center, low, high = make_band([[0.5] * 6], samples_per_step=16, window=3, z=3.0, floor=0.0)
     assert center == [0.5] * 6
     # 3 * sqrt(0.25 / 16) = 0.375 at step 1; 3 * sqrt(0.25 / 48) = 0.2165 once the window is full.
     assert high[0] - 0.5 == pytest.approx(0.375)
@@ -24,9 +24,17 @@ def test_band_is_symmetric_and_narrows_with_more_samples():
 
 
 def reference(rewards):
-    center, low, high = make_band(rewards, samples_per_step=64, window=5, z=3.0, floor=0.05)
+    center, low, high = make_band([rewards], samples_per_step=64, window=5, z=3.0, floor=0.05)
     steps = list(range(1, len(rewards) + 1))
     return {"recipe": "r", "tag": "rollout/reward_mean", "steps": steps, "window": 5, "min_inside_frac": 0.9, "center": center, "low": low, "high": high}
+
+
+def test_band_widens_by_the_spread_between_recorded_seeds():
+    one = make_band([[0.2] * 5], samples_per_step=64, window=5, z=0.0, floor=0.0)
+    two = make_band([[0.2] * 5, [0.6] * 5], samples_per_step=64, window=5, z=0.0, floor=0.0)
+    assert one[1] == pytest.approx([0.2] * 5) and one[2] == pytest.approx([0.2] * 5)  # z=0, floor=0: the band is the curve
+    assert two[0] == pytest.approx([0.4] * 5)
+    assert two[1] == pytest.approx([0.2] * 5) and two[2] == pytest.approx([0.6] * 5)
 
 
 def test_compare_passes_a_nearby_run_and_fails_a_flat_one():
