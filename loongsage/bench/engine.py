@@ -2,15 +2,22 @@
 
     python -m loongsage.bench engine [--model smollm2-135m] [--prompts 32] [--max-new-tokens 128]
 
-Both sides sample at temperature 1.0 / top-p 1.0 / no top-k with the model's eos ids as stop
-ids, and both count generated tokens up to and including the first stop token (HF pads the
-rest of a finished row; that padding is not counted). The engine is driven over HTTP with all
-prompts in flight at once, as the rollout workers do.
+Like SGLang's and vLLM's throughput benchmarks, every prompt asks for a fixed number of output
+tokens and end-of-sequence is ignored, so both sides produce exactly the same number of tokens
+whatever they sample (with natural stops, two samplers' random lengths made the ratio swing by
++-25% from run to run). The lengths are long-tailed, as RL responses are: drawn per prompt from a
+seeded log-normal and clipped to [8, max_new_tokens]. Both sides sample at temperature 1.0 /
+top-p 1.0 / no top-k. The engine is driven over HTTP with all prompts in flight at once, as the
+rollout workers do, each request with its own length; `generate` takes one length per call, so
+it runs the batch to the longest and only each row's requested tokens count.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import asyncio
+import math
+import random
 import time
 
 import torch
@@ -18,7 +25,6 @@ from transformers import AutoModelForCausalLM
 
 from loongsage.inference.client import EngineClient
 from loongsage.inference.embedded.engine import Engine
-from loongsage.inference.embedded.llama import ModelConfig
 from loongsage.inference.embedded.server import EmbeddedServer
 from loongsage.models import load_tokenizer, resolve_model_path
 
@@ -45,12 +51,13 @@ def main(argv: list[str]) -> int:
     model_path = resolve_model_path(args.model)
     tokenizer = load_tokenizer(model_path)
     prompts = [_chat_prompt(tokenizer, QUESTIONS[i % len(QUESTIONS)]) for i in range(args.prompts)]
-    stop_ids = _stop_ids(model_path)
-    print(f"model={args.model} prompts={len(prompts)} max_new_tokens={args.max_new_tokens} "
-          f"threads={torch.get_num_threads()} stop_ids={stop_ids}")
+    lengths = output_lengths(len(prompts), args.max_new_tokens, args.seed)
+    print(f"model={args.model} prompts={len(prompts)} output tokens={sum(lengths)} "
+          f"(per prompt {min(lengths)}-{max(lengths)}, median {sorted(lengths)[len(lengths) // 2]}) "
+          f"threads={torch.get_num_threads()}")
 
-    engine_tokens, engine_s = _run_engine(model_path, prompts, args)
-    hf_tokens, hf_s = _run_hf(model_path, tokenizer, prompts, stop_ids, args)
+    engine_tokens, engine_s = _run_engine(model_path, prompts, lengths, args)
+    hf_tokens, hf_s = _run_hf(model_path, tokenizer, prompts, lengths, args)
 
     engine_tps, hf_tps = engine_tokens / engine_s, hf_tokens / hf_s
     print(f"embedded engine : {engine_tokens:6d} tokens in {engine_s:7.2f} s = {engine_tps:8.1f} tokens/s")
@@ -75,25 +82,30 @@ def _chat_prompt(tokenizer, question: str) -> list[int]:
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-def _stop_ids(model_path) -> list[int]:
-    return list(ModelConfig.from_dir(model_path).eos_token_ids)
+def output_lengths(count: int, max_new_tokens: int, seed: int) -> list[int]:
+    """Long-tailed per-prompt output lengths: median a third of the cap, a few at the cap."""
+    rng = random.Random(seed)
+    median = math.log(max(8, max_new_tokens // 3))
+    return [min(max_new_tokens, max(8, round(rng.lognormvariate(median, 0.6)))) for _ in range(count)]
 
 
-def _run_engine(model_path, prompts: list[list[int]], args) -> tuple[int, float]:
+def _run_engine(model_path, prompts: list[list[int]], lengths: list[int], args) -> tuple[int, float]:
     cfg = {"max_running": len(prompts), "max_context": 2048, "seed": args.seed,
            "num_threads": args.threads or None}
     server = EmbeddedServer(Engine(model_path, cfg))
     client = EngineClient(server.start())
-    params = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": args.max_new_tokens}
+    params = {"temperature": 1.0, "top_p": 1.0, "ignore_eos": True}
 
-    async def run_all(batch: list[list[int]], sampling: dict):
-        return await asyncio.gather(*(client.agenerate(input_ids=p, sampling_params=sampling) for p in batch))
+    async def run_all(batch: list[list[int]], batch_lengths: list[int]):
+        return await asyncio.gather(*(
+            client.agenerate(input_ids=p, sampling_params={**params, "max_new_tokens": n})
+            for p, n in zip(batch, batch_lengths)))
 
     try:
-        asyncio.run(run_all(prompts[:2], {**params, "max_new_tokens": 4}))  # warm-up
+        asyncio.run(run_all(prompts[:2], [4, 4]))  # warm-up
         client.flush_cache()
         start = time.perf_counter()
-        outputs = asyncio.run(run_all(prompts, params))
+        outputs = asyncio.run(run_all(prompts, lengths))
         elapsed = time.perf_counter() - start
     finally:
         client.close()
@@ -101,24 +113,26 @@ def _run_engine(model_path, prompts: list[list[int]], args) -> tuple[int, float]
     return sum(len(o["output_ids"]) for o in outputs), elapsed
 
 
-def _run_hf(model_path, tokenizer, prompts: list[list[int]], stop_ids: list[int], args) -> tuple[int, float]:
+def _run_hf(model_path, tokenizer, prompts: list[list[int]], lengths: list[int], args) -> tuple[int, float]:
     model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32).eval()
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop_ids[0]
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     width = max(len(p) for p in prompts)
     input_ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])
     attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    kwargs = dict(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, eos_token_id=stop_ids, pad_token_id=pad_id)
     torch.manual_seed(args.seed)
     with torch.inference_mode():
-        model.generate(input_ids=input_ids[:2], attention_mask=attention_mask[:2], max_new_tokens=4, **kwargs)
+        model.generate(input_ids=input_ids[:2], attention_mask=attention_mask[:2],
+                       generation_config=_sampling_config(model, pad_id, 4))
         start = time.perf_counter()
         out = model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                             max_new_tokens=args.max_new_tokens, **kwargs)
+                             generation_config=_sampling_config(model, pad_id, max(lengths)))
         elapsed = time.perf_counter() - start
-    return sum(_generated_length(row, stop_ids) for row in out[:, width:].tolist()), elapsed
+    generated = out.shape[1] - width
+    return sum(min(n, generated) for n in lengths), elapsed
 
 
-def _generated_length(row: list[int], stop_ids: list[int]) -> int:
-    """Tokens up to and including the first stop id; what follows it is padding."""
-    first_stop = next((i for i, t in enumerate(row) if t in stop_ids), None)
-    return len(row) if first_stop is None else first_stop + 1
+def _sampling_config(model, pad_id: int, max_new_tokens: int):
+    config = copy.deepcopy(model.generation_config)
+    config.update(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, pad_token_id=pad_id,
+                  max_new_tokens=max_new_tokens, eos_token_id=None)  # ignore EOS, as the engine requests do
+    return config

@@ -159,6 +159,25 @@ def test_identical_prompts_reuse_the_prefill(client):
     assert sum(o["meta_info"]["cached_tokens"] for o in outs) == 7 * len(PROMPT)
 
 
+def test_prompts_opening_alike_prefill_their_common_prefix_once(client, hf_tiny):
+    """Distinct prompts sharing a system-prompt-like opening: the opening is prefilled once, each
+    prompt computes only its own tail, and the results are those of full prefills."""
+    opening = list(range(100, 120))
+    prompts = [opening + [7, 8, 9], opening + [11, 12], opening + [13, 14, 15, 16]]
+    sampling = _greedy(5)
+    client.flush_cache()
+    together = client.generate(input_ids=prompts, sampling_params=sampling, return_logprob=True)
+    assert [o["meta_info"]["cached_tokens"] for o in together] == [len(opening)] * 3
+    for prompt, out in zip(prompts, together):
+        assert out["output_ids"] == _hf_greedy(hf_tiny, prompt, 5)
+        reference = _hf_logprobs(hf_tiny, prompt + out["output_ids"])[len(prompt) - 1:]
+        got = [lp for lp, _, _ in out["meta_info"]["output_token_logprobs"]]
+        assert got == pytest.approx(reference, abs=1e-5)
+    # A later prompt with the same opening continues the cached opening too.
+    later = client.generate(input_ids=opening + [21, 22], sampling_params=sampling)
+    assert later["meta_info"]["cached_tokens"] == len(opening)
+
+
 def _wait_until_running(client, rid_count: int = 1) -> None:
     deadline = time.monotonic() + 10
     while client.get_server_info()["running"] < rid_count:

@@ -89,3 +89,18 @@ def test_tied_lm_head_updates_with_embeddings(tiny_model_path):
     new = torch.randn_like(model.lm_head.weight)
     apply_named_tensors(model, [("lm_head.weight", new)])
     assert torch.equal(model.model.embed_tokens.weight, new)
+
+
+def test_prefill_after_a_shared_prefix_matches_a_full_prefill(tiny_model_path, hf_tiny):
+    model = load_model(tiny_model_path)
+    gen = torch.Generator().manual_seed(2)
+    prefix = torch.randint(0, model.cfg.vocab_size, (7,), generator=gen)
+    suffixes = [torch.randint(0, model.cfg.vocab_size, (n,), generator=gen) for n in (5, 1, 9)]
+    _, prefix_keys, prefix_values = model.prefill(prefix)
+    hidden, keys, values = model.prefill_batch(suffixes, past=(prefix_keys, prefix_values))
+    for i, suffix in enumerate(suffixes):
+        n, full = suffix.shape[0], torch.cat((prefix, suffix))
+        assert torch.allclose(model.logits(hidden[i, :n]), _hf_logits(hf_tiny, full)[7:], atol=1e-5)
+        _, full_keys, full_values = model.prefill(full)
+        assert torch.allclose(keys[:, i, :, :n], full_keys[:, :, 7:], atol=1e-5)
+        assert torch.allclose(values[:, i, :, :n], full_values[:, :, 7:], atol=1e-5)

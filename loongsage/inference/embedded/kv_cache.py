@@ -82,8 +82,29 @@ class PromptCache:
         while len(self._entries) > self.max_entries:
             self._entries.popitem(last=False)
 
+    def longest_prefix(self, prompt: tuple[int, ...], min_length: int) -> tuple[PrefillResult | None, int]:
+        """The cached prefill sharing the most leading tokens with `prompt`, and how many it shares
+        (at most len(prompt) - 1: the last token must run to give the next-token logits);
+        (None, 0) when none shares `min_length`."""
+        best, best_length = None, 0
+        for key, entry in self._entries.items():
+            length = min(_common_prefix_length(key, prompt), len(prompt) - 1)
+            if length >= max(min_length, best_length + 1):
+                best, best_length = entry, length
+        return best, best_length
+
     def clear(self) -> None:
         self._entries.clear()
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def _common_prefix_length(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    length = min(len(a), len(b))
+    if a[:length] == b[:length]:  # the common case, compared in C
+        return length
+    for i in range(length):
+        if a[i] != b[i]:
+            return i
+    return length

@@ -281,25 +281,37 @@ class LlamaModel(nn.Module):
         return hidden[0], keys[:, 0], values[:, 0]
 
     @torch.inference_mode()
-    def prefill_batch(self, prompts: list[torch.Tensor]):
+    def prefill_batch(self, prompts: list[torch.Tensor], past: tuple[torch.Tensor, torch.Tensor] | None = None):
         """Causal forward over several prompts at once, right-padded to the longest.
 
-        Causal attention keeps every real token blind to the padding after it, so no mask is
-        needed; outputs at padded positions are garbage the caller slices off.
-        Returns (hidden [N, T, hidden] after the final norm, keys, values [layers, N, kv_heads, T, head_dim]).
+        `past` is the keys/values ([layers, kv_heads, P, head_dim]) of a prefix every prompt
+        continues: the prompts then hold only the tokens after it, at positions P onwards, and
+        attend to the prefix as well as causally to themselves.
+        Causal attention keeps every real token blind to the padding after it, so no padding mask
+        is needed; outputs at padded positions are garbage the caller slices off.
+        Returns (hidden [N, T, hidden] after the final norm, keys, values [layers, N, kv_heads, T, head_dim])
+        for the prompts' own tokens.
         """
-        t = max(p.shape[0] for p in prompts)
-        input_ids = torch.zeros(len(prompts), t, dtype=torch.long)
+        n, t = len(prompts), max(p.shape[0] for p in prompts)
+        start = 0 if past is None else past[0].shape[2]
+        input_ids = torch.zeros(n, t, dtype=torch.long)
         for row, prompt in zip(input_ids, prompts):
             row[: prompt.shape[0]] = prompt
         x = self.model.embed_tokens(input_ids)
-        cos, sin = self._cos_sin(torch.arange(t)[None], x.dtype)
+        cos, sin = self._cos_sin(torch.arange(start, start + t)[None], x.dtype)
+        # With a prefix, query i sees all `start` prefix columns and its own first i + 1 columns.
+        mask = None if past is None else torch.ones(t, start + t, dtype=torch.bool).tril(start)
         keys, values = [], []
-        for layer in self.model.layers:
+        for i, layer in enumerate(self.model.layers):
             attn = layer.self_attn
             q, k, v = attn.qkv(layer.input_layernorm(x), cos, sin)
             q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            if past is None:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            else:
+                seen_k = torch.cat((past[0][i].expand(n, -1, -1, -1), k), dim=2)
+                seen_v = torch.cat((past[1][i].expand(n, -1, -1, -1), v), dim=2)
+                out = F.scaled_dot_product_attention(q, seen_k, seen_v, attn_mask=mask, enable_gqa=True)
             x = x + attn.out(out.transpose(1, 2))
             x = x + layer.mlp(layer.post_attention_layernorm(x))
             keys.append(k)
