@@ -112,7 +112,7 @@ def _labels(micro: PackedBatch) -> torch.Tensor:
     """HF shifts labels itself: label t is the target of position t - 1, -100 = ignored."""
     labels = torch.full_like(micro.input_ids, -100)
     trained = micro.loss_mask.bool()
-    labels[:, 1:][trained] = micro.targets[trained]
+    labels[:, micro.first_column + 1:][trained] = micro.targets[trained]
     return labels
 
 

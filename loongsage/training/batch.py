@@ -1,9 +1,12 @@
 """Samples -> padded tensors the trainer feeds to the model, and micro-batch splitting.
 
 Alignment: the model sees `prompt_ids + response_ids`; logits at position t predict the
-token at t + 1. Every per-token tensor here therefore has T - 1 columns, indexed like
-`targets = input_ids[:, 1:]`: response token j of a sample with prompt length P sits in
-column P + j - 1.
+token at t + 1. Per-token tensors start at the first position that predicts a response token
+in any row, `first_column` = (shortest prompt) - 1: the prompt part every row has is never
+trained, so the trainer computes no logits (the [T, vocab] bulk of the work) for it. Column c
+of a per-token tensor is position first_column + c and predicts `targets[:, c]` =
+`input_ids[:, first_column + c + 1]`: response token j of a sample with prompt length P sits
+in column P + j - 1 - first_column.
 """
 from __future__ import annotations
 
@@ -22,39 +25,47 @@ class PackedBatch:
     input_ids: Tensor  # [B, T] long, right-padded
     attention_mask: Tensor  # [B, T] long
     position_ids: Tensor  # [B, T] long
-    loss_mask: Tensor  # [B, T-1] float, 1 where a response token is trained
-    advantages: Tensor  # [B, T-1] float, each sample's advantage on its response columns
-    rollout_logprobs: Tensor | None  # [B, T-1] float; None when a sample came without them
+    first_column: int  # input position of per-token column 0
+    loss_mask: Tensor  # [B, C] float (C = T - 1 - first_column), 1 where a response token is trained
+    advantages: Tensor  # [B, C] float, each sample's advantage on its response columns
+    rollout_logprobs: Tensor | None  # [B, C] float; None when a sample came without them
     response_spans: list[tuple[int, int]]  # per sample, its response columns [start, end)
 
     @property
     def targets(self) -> Tensor:
-        return self.input_ids[:, 1:]
+        return self.input_ids[:, self.first_column + 1:]
+
+    @property
+    def logits_to_keep(self) -> int:
+        """HF's `logits_to_keep`: the last positions whose logits the columns need, plus the
+        final position, which predicts nothing and is dropped."""
+        return self.input_ids.shape[1] - self.first_column
 
     @property
     def num_sequences(self) -> int:
         return self.input_ids.shape[0]
 
     def response_values(self, per_token: Tensor) -> list[list[float]]:
-        """Cut a [B, T-1] tensor back into one list per sample over its response tokens."""
+        """Cut a [B, C] tensor back into one list per sample over its response tokens."""
         return [per_token[i, start:end].tolist() for i, (start, end) in enumerate(self.response_spans)]
 
 
 def pack_samples(samples: list[Sample]) -> PackedBatch:
     check_samples(samples)
     width = max(sample.num_tokens for sample in samples)
-    rows = len(samples)
+    first_column = min(len(sample.prompt_ids) for sample in samples) - 1
+    rows, columns = len(samples), width - 1 - first_column
     input_ids = torch.full((rows, width), PAD_TOKEN_ID, dtype=torch.long)
     attention_mask = torch.zeros((rows, width), dtype=torch.long)
-    loss_mask = torch.zeros((rows, width - 1))
-    advantages = torch.zeros((rows, width - 1))
-    rollout_logprobs = torch.zeros((rows, width - 1))
+    loss_mask = torch.zeros((rows, columns))
+    advantages = torch.zeros((rows, columns))
+    rollout_logprobs = torch.zeros((rows, columns))
     spans = []
     for row, sample in enumerate(samples):
         tokens = sample.prompt_ids + sample.response_ids
         input_ids[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
         attention_mask[row, : len(tokens)] = 1
-        start, end = len(sample.prompt_ids) - 1, len(tokens) - 1
+        start, end = len(sample.prompt_ids) - 1 - first_column, len(tokens) - 1 - first_column
         spans.append((start, end))
         response_mask = sample.loss_mask or [1] * len(sample.response_ids)
         loss_mask[row, start:end] = torch.tensor(response_mask, dtype=torch.float32)
@@ -67,6 +78,7 @@ def pack_samples(samples: list[Sample]) -> PackedBatch:
         attention_mask=attention_mask,
         # Right padding: positions count from 0 at the first token of every row.
         position_ids=torch.arange(width).expand(rows, width).clone(),
+        first_column=first_column,
         loss_mask=loss_mask,
         advantages=advantages,
         rollout_logprobs=rollout_logprobs if has_rollout_logprobs else None,

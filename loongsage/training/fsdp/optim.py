@@ -15,8 +15,10 @@ def build_optimizer(
         lr=settings.lr,
         betas=tuple(settings.betas),
         weight_decay=settings.weight_decay,
-        # The for-each kernel batches the update over all parameters: the fastest on CPU.
-        foreach=True,
+        # One fused kernel per parameter: on CPU ~6x faster than the for-each or per-tensor
+        # implementations (113 vs 686 ms per step on SmolLM2-135M, 2 cores), which allocate
+        # model-sized temporaries for every intermediate.
+        fused=True,
     )
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _Warmup(settings.warmup_steps))
     return optimizer, scheduler

@@ -166,6 +166,7 @@ class TrainWorker:
             attention_mask=micro.attention_mask,
             position_ids=micro.position_ids,
             use_cache=False,
+            logits_to_keep=micro.logits_to_keep,
         )
         return out.logits[:, :-1]
 
