@@ -1,0 +1,98 @@
+"""Black-box agents: any program that takes an OpenAI-compatible base URL and key.
+
+The program runs unmodified as a subprocess beside the task's workspace (its working directory
+is the workspace tree); it only learns where the model is through its command line and the
+usual environment variables. The router behind the URL attributes and records every call, so
+nothing of the program's own bookkeeping is needed for training.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from loongsage.agentflow.agents.base import AgentResult, AgentTask, Endpoint
+from loongsage.agentflow.agents.tools import truncate_middle
+
+PLACEHOLDERS = ("base_url", "api_key", "model", "workdir", "prompt", "prompt_file", "instance_id")
+
+
+@dataclass(frozen=True)
+class BlackBoxConfig:
+    # argv with {placeholders}: base_url, api_key, model, workdir, prompt, prompt_file, instance_id
+    command: tuple[str, ...] = ()
+    timeout_s: float = 600.0
+    env: dict[str, str] = field(default_factory=dict)
+    max_log_chars: int = 4000
+
+
+class BlackBoxAgent:
+    def __init__(self, config: BlackBoxConfig | None = None, **overrides):
+        base = config or BlackBoxConfig()
+        fields = {**base.__dict__, **overrides}
+        fields["command"] = tuple(fields["command"])
+        self.config = BlackBoxConfig(**fields)
+        if not self.config.command:
+            raise ValueError("agent.command: a black-box agent needs the program to run (a list of arguments)")
+
+    def run(self, task: AgentTask, endpoint: Endpoint) -> AgentResult:
+        with tempfile.TemporaryDirectory(prefix="loongsage-agent-") as scratch:
+            prompt_file = Path(scratch) / "task.md"
+            prompt_file.write_text(task.prompt)
+            values = {"base_url": endpoint.base_url, "api_key": endpoint.api_key, "model": endpoint.model,
+                      "workdir": str(task.sandbox.root) if task.sandbox is not None else scratch,
+                      "prompt": task.prompt, "prompt_file": str(prompt_file), "instance_id": task.instance_id}
+            argv = [_fill(arg, values) for arg in self.config.command]
+            env = {**os.environ, **self.config.env,
+                   "OPENAI_BASE_URL": endpoint.base_url, "OPENAI_API_KEY": endpoint.api_key,
+                   "OPENAI_API_BASE": endpoint.base_url, "LOONGSAGE_MODEL": endpoint.model,
+                   "HOME": scratch}
+            result = self._run(argv, values["workdir"], env)
+        if task.sandbox is not None:
+            result.patch = task.sandbox.diff()
+        return result
+
+    def _run(self, argv: list[str], cwd: str, env: dict[str, str]) -> AgentResult:
+        start = time.monotonic()
+        try:
+            process = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as exc:
+            return AgentResult(exit_status="error", error=f"cannot start {argv[0]!r}: {exc}")
+        try:
+            output, _ = process.communicate(timeout=self.config.timeout_s)
+        except subprocess.TimeoutExpired:
+            # The whole session: agents spawn shells and tools of their own.
+            os.killpg(process.pid, signal.SIGKILL)
+            output, _ = process.communicate()
+            return AgentResult(exit_status="error", error=f"timed out after {self.config.timeout_s:.0f} s",
+                               log=[_tail(output, self.config.max_log_chars)])
+        finally:
+            _kill_leftovers(process.pid)
+        log = [_tail(output, self.config.max_log_chars), f"exit code {process.returncode} after {time.monotonic() - start:.1f} s"]
+        if process.returncode != 0:
+            return AgentResult(exit_status="error", error=f"exit code {process.returncode}", log=log)
+        return AgentResult(exit_status="exited", log=log)
+
+
+def _fill(arg: str, values: dict[str, str]) -> str:
+    try:
+        return arg.format(**values)
+    except (KeyError, IndexError) as exc:
+        raise ValueError(f"agent.command argument {arg!r}: unknown placeholder {exc} "
+                         f"(known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}; write {{{{ }}}} for a literal brace)") from None
+
+
+def _tail(output: bytes, limit: int) -> str:
+    return truncate_middle(output.decode("utf-8", errors="replace"), limit)
+
+
+def _kill_leftovers(session_id: int) -> None:
+    try:
+        os.killpg(session_id, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

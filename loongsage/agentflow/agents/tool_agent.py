@@ -1,0 +1,99 @@
+"""The white-box agent: the framework's own multi-turn tool loop.
+
+It talks to the model only through an OpenAI-compatible endpoint with the official `openai`
+client, exactly as a third-party agent would, so what the router records for training is what
+any agent would produce.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import openai
+
+from loongsage.agentflow.agents.base import AgentResult, AgentTask, Endpoint
+from loongsage.agentflow.agents.tools import TOOL_SCHEMAS, run_tool, truncate_middle
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You fix bugs in a Python repository. Use the tools to look at files, edit them and run the tests. "
+    "Call submit when the bug is fixed."
+)
+NO_TOOL_CALL_NUDGE = "Call one of the tools (bash, read_file, write_file, str_replace) or submit."
+
+
+@dataclass(frozen=True)
+class ToolAgentConfig:
+    max_turns: int = 8  # model calls per episode
+    context_budget: int = 4096  # prompt + completion tokens a turn may reach
+    max_tokens: int = 256  # completion tokens per turn
+    max_tool_output_chars: int = 2000  # longer tool results keep their head and tail
+    command_timeout_s: float = 30.0
+    temperature: float = 1.0
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    request_timeout_s: float = 600.0
+
+
+class ToolAgent:
+    def __init__(self, config: ToolAgentConfig | None = None, **overrides):
+        base = config or ToolAgentConfig()
+        self.config = ToolAgentConfig(**{**base.__dict__, **overrides})
+
+    def run(self, task: AgentTask, endpoint: Endpoint) -> AgentResult:
+        cfg = self.config
+        client = openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key,
+                               timeout=cfg.request_timeout_s, max_retries=0)
+        messages: list[dict] = [{"role": "system", "content": cfg.system_prompt},
+                                {"role": "user", "content": task.prompt}]
+        result = AgentResult(exit_status="max_turns")
+        try:
+            for turn in range(cfg.max_turns):
+                result.turns = turn + 1
+                response = client.chat.completions.create(
+                    model=endpoint.model, messages=messages, tools=TOOL_SCHEMAS,
+                    max_tokens=cfg.max_tokens, temperature=cfg.temperature)
+                message = response.choices[0].message
+                messages.append(_assistant_message(message))
+                result.log.append(_summary(message))
+                if self._finished(message, messages, task, result):
+                    break
+                if response.usage is not None and response.usage.total_tokens + cfg.max_tokens > cfg.context_budget:
+                    result.exit_status = "context_exhausted"
+                    break
+        except openai.OpenAIError as exc:
+            result.exit_status, result.error = "error", f"{type(exc).__name__}: {exc}"
+        finally:
+            client.close()
+        if task.sandbox is not None:
+            result.patch = task.sandbox.diff()
+        return result
+
+    def _finished(self, message, messages: list[dict], task: AgentTask, result: AgentResult) -> bool:
+        """Runs the turn's tool calls (appending their results); True once the agent submitted."""
+        if not message.tool_calls:
+            messages.append({"role": "user", "content": NO_TOOL_CALL_NUDGE})
+            return False
+        for call in message.tool_calls:
+            outcome = run_tool(call.function.name, call.function.arguments, task.sandbox, self.config.command_timeout_s)
+            messages.append({"role": "tool", "tool_call_id": call.id,
+                             "content": truncate_middle(outcome.text, self.config.max_tool_output_chars)})
+            if outcome.submitted:
+                result.exit_status, result.answer = "submitted", outcome.answer
+                return True
+        return False
+
+
+def _assistant_message(message) -> dict:
+    """The reply exactly as received, so the router recognises it as its own on the next turn."""
+    out: dict = {"role": "assistant", "content": message.content}
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": call.id, "type": "function",
+             "function": {"name": call.function.name, "arguments": call.function.arguments}}
+            for call in message.tool_calls
+        ]
+    return out
+
+
+def _summary(message) -> str:
+    if message.tool_calls:
+        return "; ".join(f"{c.function.name}({truncate_middle(c.function.arguments, 120)})" for c in message.tool_calls)
+    return "text: " + truncate_middle(message.content or "", 120)
