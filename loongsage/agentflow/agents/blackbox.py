@@ -7,6 +7,7 @@ nothing of the program's own bookkeeping is needed for training.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -18,12 +19,13 @@ from pathlib import Path
 from loongsage.agentflow.agents.base import AgentResult, AgentTask, Endpoint
 from loongsage.agentflow.agents.tools import truncate_middle
 
-PLACEHOLDERS = ("base_url", "api_key", "model", "workdir", "prompt", "prompt_file", "instance_id")
+PLACEHOLDERS = ("base_url", "api_key", "model", "workdir", "prompt", "prompt_file", "instance_id", "sandbox", "scratch")
 
 
 @dataclass(frozen=True)
 class BlackBoxConfig:
-    # argv with {placeholders}: base_url, api_key, model, workdir, prompt, prompt_file, instance_id
+    # argv with {placeholders}: base_url, api_key, model, workdir (the tree's host path), prompt,
+    # prompt_file, instance_id, sandbox (JSON handle for `attach_sandbox`), scratch (a private temp dir)
     command: tuple[str, ...] = ()
     timeout_s: float = 600.0
     env: dict[str, str] = field(default_factory=dict)
@@ -45,7 +47,9 @@ class BlackBoxAgent:
             prompt_file.write_text(task.prompt)
             values = {"base_url": endpoint.base_url, "api_key": endpoint.api_key, "model": endpoint.model,
                       "workdir": str(task.sandbox.root) if task.sandbox is not None else scratch,
-                      "prompt": task.prompt, "prompt_file": str(prompt_file), "instance_id": task.instance_id}
+                      "prompt": task.prompt, "prompt_file": str(prompt_file), "instance_id": task.instance_id,
+                      "sandbox": json.dumps(task.sandbox.handle()) if task.sandbox is not None else "null",
+                      "scratch": scratch}
             argv = [_fill(arg, values) for arg in self.config.command]
             env = {**os.environ, **self.config.env,
                    "OPENAI_BASE_URL": endpoint.base_url, "OPENAI_API_KEY": endpoint.api_key,

@@ -14,6 +14,7 @@ import functools
 import logging
 import shutil
 import subprocess
+from collections.abc import Mapping
 from typing import Any
 
 from loongsage.agentflow.sandbox.apptainer import ApptainerSandbox
@@ -23,8 +24,8 @@ from loongsage.agentflow.sandbox.limits import ExecResult, SandboxError, Sandbox
 from loongsage.agentflow.sandbox.local import LocalSandbox
 from loongsage.tasks.registry import resolve
 
-__all__ = ["BACKENDS", "ExecResult", "Sandbox", "SandboxError", "SandboxLimits", "available_backends",
-           "create_sandbox"]
+__all__ = ["BACKENDS", "ExecResult", "Sandbox", "SandboxError", "SandboxLimits", "attach_sandbox",
+           "available_backends", "create_sandbox"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,18 @@ def create_sandbox(snapshot: Snapshot, backend: str = "auto", limits: SandboxLim
         sandbox_type = type(sandbox).__name__
         raise SandboxError(f"sandbox backend {backend!r} made a {sandbox_type}, not a Sandbox")
     return sandbox
+
+
+def attach_sandbox(handle: Mapping[str, Any]) -> Sandbox:
+    """Run commands in a sandbox another process owns, from its `Sandbox.handle()`. The handle
+    cannot outlive the tree: `destroy()` on it stops only the commands it started."""
+    try:
+        cls = resolve(BACKENDS, handle["backend"], "sandbox backend")
+        limits = SandboxLimits(**handle["limits"])
+        options = dict(handle.get("options") or {})
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SandboxError(f"bad sandbox handle ({exc}); make it with Sandbox.handle()") from None
+    return cls(None, limits, attach=handle, **options)
 
 
 def available_backends() -> list[str]:

@@ -13,6 +13,7 @@ import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from loongsage.agentflow.sandbox.base import Launch, Sandbox, Snapshot
 from loongsage.agentflow.sandbox.limits import SandboxError, SandboxLimits, limited_argv
@@ -25,7 +26,8 @@ class ApptainerSandbox(Sandbox):
     hides_other_sandboxes = True
     read_only_system = True
 
-    def __init__(self, snapshot: Snapshot, limits: SandboxLimits | None = None, *,
+    def __init__(self, snapshot: Snapshot | None, limits: SandboxLimits | None = None, *,
+                 attach: Mapping[str, Any] | None = None,
                  image: str | Path | None = None, apptainer: str = "apptainer",
                  workdir: str = "/workspace") -> None:
         """`workdir`: where the tree appears; SWE-bench images expect their repo at /testbed."""
@@ -40,12 +42,15 @@ class ApptainerSandbox(Sandbox):
         self.image = str(image)
         self._apptainer = binary
         self._workdir = workdir.rstrip("/")
-        super().__init__(snapshot, limits)
+        super().__init__(snapshot, limits, attach=attach)
         self.denies_network = not self.limits.network
 
     @property
     def workdir(self) -> str:
         return self._workdir
+
+    def _handle_options(self) -> dict[str, Any]:
+        return {"image": self.image, "apptainer": self._apptainer, "workdir": self._workdir}
 
     def _launch(self, argv: list[str], cwd: str, env: dict[str, str]) -> Launch:
         command = apptainer_argv(self._apptainer, self.image, str(self.root), self._workdir, cwd,

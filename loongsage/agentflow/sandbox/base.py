@@ -7,6 +7,7 @@ written), `read_only_system` (nothing outside the tree and temp dirs can be writ
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import posixpath
 import subprocess
@@ -17,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from loongsage.agentflow.sandbox import tree_files
 from loongsage.agentflow.sandbox.limits import ExecResult, SandboxError, SandboxLimits
@@ -55,14 +56,20 @@ class Sandbox(ABC):
     hides_other_sandboxes: bool = False
     read_only_system: bool = False
 
-    def __init__(self, snapshot: Snapshot, limits: SandboxLimits | None = None) -> None:
+    def __init__(self, snapshot: Snapshot | None, limits: SandboxLimits | None = None, *,
+                 attach: Mapping[str, Any] | None = None) -> None:
+        """A new sandbox holding `snapshot`; or, with `attach` (another sandbox's `handle()`),
+        a handle on that existing one (see `attach_sandbox`)."""
         self.limits = limits if limits is not None else SandboxLimits()
         if not isinstance(self.limits, SandboxLimits):
             raise SandboxError(f"limits must be a SandboxLimits, got {type(self.limits).__name__}")
-        workspace = claim_workspace(own_uid=self.uses_own_uid)
         self._running: set[subprocess.Popen] = set()
         self._lock = threading.Lock()
         self._diff_lock = threading.Lock()
+        if attach is not None:
+            self._attach(attach)
+            return
+        workspace = claim_workspace(own_uid=self.uses_own_uid)
         # Runs on destroy(), on garbage collection, or at interpreter exit, whichever is first.
         self._teardown = weakref.finalize(self, _teardown, workspace, self._running, self._lock)
         try:
@@ -74,6 +81,34 @@ class Sandbox(ABC):
             raise
         self._workspace = workspace
         self.root: Path = workspace.tree
+
+    def handle(self) -> dict[str, Any]:
+        """What another process (a black-box agent's tool runner) needs to run commands in this
+        sandbox, as JSON-able data: pass it to `attach_sandbox`. This object keeps owning the tree."""
+        self._check_alive()
+        workspace = self._workspace
+        return {"backend": self.backend, "base": str(workspace.base), "tree": str(workspace.tree),
+                "home": str(workspace.home), "uid": workspace.uid, "snapshot_commit": self._snapshot.commit,
+                "limits": dataclasses.asdict(self.limits), "options": self._handle_options()}
+
+    def _handle_options(self) -> dict[str, Any]:
+        """Constructor keyword arguments an attached handle needs (apptainer: its image)."""
+        return {}
+
+    def _attach(self, handle: Mapping[str, Any]) -> None:
+        try:
+            workspace = Workspace(base=Path(handle["base"]), tree=Path(handle["tree"]), home=Path(handle["home"]),
+                                  uid=handle["uid"])
+            commit = handle["snapshot_commit"]
+        except (KeyError, TypeError) as exc:
+            raise SandboxError(f"sandbox handle lacks {exc}; make it with Sandbox.handle()") from None
+        if not workspace.tree.is_dir():
+            raise SandboxError(f"sandbox handle: {workspace.tree} no longer exists (destroyed by its owner?)")
+        # Only the commands this handle started are its to kill: the owner keeps the tree.
+        self._teardown = weakref.finalize(self, _stop_commands, self._running, self._lock)
+        self._snapshot = GitSnapshot(workspace.base / "snapshot.git", workspace.tree, commit)
+        self._workspace = workspace
+        self.root = workspace.tree
 
     @property
     @abstractmethod
@@ -180,12 +215,16 @@ def _check_env(env: Mapping[str, str]) -> dict[str, str]:
     return dict(env)
 
 
-def _teardown(workspace: Workspace, running: set[subprocess.Popen], lock: threading.Lock) -> None:
-    """Kill the sandbox's processes (tracked groups, then every process of its uid), then
-    remove its directory."""
+def _stop_commands(running: set[subprocess.Popen], lock: threading.Lock) -> None:
     with lock:  # under the lock: a command being reaped has already left `running`
         for proc in running:
             kill_group(proc)
+
+
+def _teardown(workspace: Workspace, running: set[subprocess.Popen], lock: threading.Lock) -> None:
+    """Kill the sandbox's processes (tracked groups, then every process of its uid), then
+    remove its directory."""
+    _stop_commands(running, lock)
     if workspace.uid is not None:
         kill_sandbox_processes(workspace.uid)
     release_workspace(workspace)

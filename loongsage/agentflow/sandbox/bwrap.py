@@ -16,6 +16,9 @@ Two ways to start it, because RLIMIT_NPROC does nothing for root:
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import functools
 import os
 import shutil
@@ -38,10 +41,11 @@ class BwrapSandbox(Sandbox):
     hides_other_sandboxes = True
     read_only_system = True
 
-    def __init__(self, snapshot: Snapshot, limits: SandboxLimits | None = None) -> None:
+    def __init__(self, snapshot: Snapshot | None, limits: SandboxLimits | None = None, *,
+                 attach: Mapping[str, Any] | None = None) -> None:
         self._bwrap = _require("bwrap", "apt-get install bubblewrap")
         self._setpriv = _require("setpriv", "apt-get install util-linux") if os.geteuid() == 0 else None
-        super().__init__(snapshot, limits)
+        super().__init__(snapshot, limits, attach=attach)
         self.denies_network = not self.limits.network
 
     @property

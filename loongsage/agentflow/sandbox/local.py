@@ -12,6 +12,9 @@ the user's current process count plus `max_processes`.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import logging
 import os
 
@@ -26,8 +29,9 @@ class LocalSandbox(Sandbox):
     backend = "local"
     denies_network = False
 
-    def __init__(self, snapshot: Snapshot, limits: SandboxLimits | None = None) -> None:
-        super().__init__(snapshot, limits)
+    def __init__(self, snapshot: Snapshot | None, limits: SandboxLimits | None = None, *,
+                 attach: Mapping[str, Any] | None = None) -> None:
+        super().__init__(snapshot, limits, attach=attach)
         own_uid = self._workspace.uid is not None
         self.hides_other_sandboxes = own_uid
         self.read_only_system = own_uid

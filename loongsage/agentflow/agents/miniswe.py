@@ -1,0 +1,84 @@
+"""mini-swe-agent (PyPI `mini-swe-agent`), run unmodified as a black-box agent.
+
+It runs as its own process beside the task's sandbox and reaches the model through the
+router's per-trajectory URL (litellm's `openai/` provider). Its bash actions run inside the
+task's sandbox: mini-swe-agent takes an environment class by import path, and
+`SandboxEnvironment` below is that class, attached to the sandbox the framework created.
+"""
+from __future__ import annotations
+
+import platform
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from loongsage.agentflow.agents.blackbox import BlackBoxAgent
+from loongsage.agentflow.sandbox import attach_sandbox
+
+# mini-swe-agent's own sentinel: the first output line of the submitting command.
+SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+
+def mini_swe_agent(step_limit: int = 10, config: str = "mini.yaml", timeout_s: float = 900.0,
+                   command_timeout_s: int = 60, extra_config: tuple[str, ...] = ()) -> BlackBoxAgent:
+    """A BlackBoxAgent running the `mini` CLI non-interactively against the trajectory's URL."""
+    # Beside this interpreter first: a venv's scripts are often not on PATH.
+    mini = shutil.which("mini", path=str(Path(sys.executable).parent)) or shutil.which("mini")
+    if mini is None:
+        raise ValueError("agent mini_swe_agent: the `mini` command is missing; pip install mini-swe-agent")
+    command = [
+        mini, "--yolo", "--exit-immediately", "--model", "openai/{model}", "--task", "{prompt}",
+        "--config", config,
+        "--config", "model.model_kwargs.api_base={base_url}",
+        "--config", "model.model_kwargs.api_key={api_key}",
+        "--config", "model.cost_tracking=ignore_errors",
+        "--config", f"agent.step_limit={step_limit}",
+        "--config", "agent.cost_limit=0",
+        "--environment-class", f"{__name__}.SandboxEnvironment",
+        "--config", "environment.sandbox={sandbox}",
+        "--config", f"environment.timeout={command_timeout_s}",
+        *[part for spec in extra_config for part in ("--config", spec)],
+        "--output", "{scratch}/trajectory.json",
+    ]
+    # MSWEA_CONFIGURED skips its first-run setup prompt; no colour codes in our logs.
+    env = {"MSWEA_CONFIGURED": "true", "NO_COLOR": "1", "LITELLM_LOG": "ERROR"}
+    return BlackBoxAgent(command=tuple(command), timeout_s=timeout_s, env=env)
+
+
+class SandboxEnvironment:
+    """mini-swe-agent's Environment protocol (`execute`, `get_template_vars`, `serialize`) over
+    a LoongSage sandbox. Constructed by mini-swe-agent from its config: `sandbox` is the JSON
+    handle the framework passed on the command line."""
+
+    def __init__(self, *, sandbox: dict, timeout: int = 60, env: dict[str, str] | None = None, cwd: str = "", **_: Any):
+        self.sandbox = attach_sandbox(sandbox)
+        self.timeout = timeout
+        self.env = dict(env or {})
+        self.cwd = cwd or None
+
+    def execute(self, action: dict, cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
+        command = action.get("command", "")
+        result = self.sandbox.exec(command, timeout_s=timeout or self.timeout, cwd=cwd or self.cwd, env=self.env)
+        output = {"output": result.stdout + result.stderr, "returncode": result.exit_code
+                  if result.exit_code is not None else -1, "exception_info": ""}
+        if result.timed_out:
+            output["exception_info"] = f"the command timed out after {timeout or self.timeout} s and was killed"
+        self._raise_if_submitted(output)
+        return output
+
+    def _raise_if_submitted(self, output: dict) -> None:
+        lines = output["output"].lstrip().splitlines(keepends=True)
+        if lines and lines[0].strip() == SUBMIT_SENTINEL and output["returncode"] == 0:
+            from minisweagent.exceptions import Submitted  # only ever runs inside mini-swe-agent
+
+            submission = "".join(lines[1:])
+            raise Submitted({"role": "exit", "content": submission,
+                             "extra": {"exit_status": "Submitted", "submission": submission}})
+
+    def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
+        return {**platform.uname()._asdict(), "cwd": self.sandbox.workdir, "timeout": self.timeout, **kwargs}
+
+    def serialize(self) -> dict:
+        return {"info": {"config": {"environment": {"backend": self.sandbox.backend, "timeout": self.timeout},
+                                    "environment_type": f"{__name__}.{type(self).__name__}"}}}
