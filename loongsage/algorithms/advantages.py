@@ -26,6 +26,20 @@ def grpo_advantages(
     return advantages.reshape(-1)
 
 
+def grouped_advantages(rewards: Tensor, group_ids: Tensor, normalize_std: bool = True, eps: float = 1e-6) -> Tensor:
+    """`grpo_advantages` for groups named by id instead of by position: groups may be
+    interleaved and of different sizes (an agent episode that crashed before its first model
+    call leaves its group one member short). rewards, group_ids: [N] -> [N]."""
+    if rewards.shape != group_ids.shape or rewards.dim() != 1:
+        raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must be the same 1-D shape")
+    advantages = torch.zeros_like(rewards, dtype=torch.float32)
+    for group in group_ids.unique():
+        members = group_ids == group
+        group_rewards = rewards[members].float()
+        advantages[members] = grpo_advantages(group_rewards, group_rewards.numel(), normalize_std, eps)
+    return advantages
+
+
 def group_reward_std(rewards: Tensor, group_size: int) -> Tensor:
     """Per-group reward std, shape [N // group_size]; exactly 0 for all-equal groups,
     so `(group_reward_std(r, g) == 0).float().mean()` is the zero-variance fraction."""

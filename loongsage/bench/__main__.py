@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = {"engine": "embedded engine vs transformers generate", "train": "trainer vs a plain HF training loop"}
+BENCHMARKS = {"engine": "embedded engine vs transformers generate", "train": "trainer vs a plain HF training loop", "agentflow": "router overhead per turn vs the engine's /generate"}
 
 
 def main(argv: list[str]) -> int:

@@ -1,5 +1,6 @@
 from loongsage.config.rules import ConfigError, check
 from loongsage.config.schema import (
+    AgentConfig,
     AlgorithmConfig,
     Config,
     DataConfig,
@@ -12,6 +13,6 @@ from loongsage.config.schema import (
 from loongsage.config.store import register, to_config
 
 __all__ = [
-    "AlgorithmConfig", "Config", "ConfigError", "DataConfig", "LoggingConfig", "ModelConfig",
+    "AgentConfig", "AlgorithmConfig", "Config", "ConfigError", "DataConfig", "LoggingConfig", "ModelConfig",
     "RolloutConfig", "RunConfig", "TrainerConfig", "check", "register", "to_config",
 ]

@@ -14,6 +14,7 @@ CHOICES = {
     "algorithm.loss_aggregation": ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum"),
     "algorithm.kl_kind": ("k1", "k2", "k3"),
     "run.mode": ("sync",),
+    "agent.export": ("concat", "per_turn"),
 }
 
 
@@ -66,6 +67,7 @@ def _range_problems(cfg: Config) -> list[str]:
         (a.clip_high >= 0, f"algorithm.clip_high={a.clip_high} must be >= 0"),
         (a.kl_coef >= 0, f"algorithm.kl_coef={a.kl_coef} must be >= 0"),
         (cfg.data.num_reward_workers >= 1, f"data.num_reward_workers={cfg.data.num_reward_workers} must be >= 1"),
+        (cfg.agent.max_concurrent >= 1, f"agent.max_concurrent={cfg.agent.max_concurrent} must be >= 1"),
         (cfg.run.steps >= 1, f"run.steps={cfg.run.steps} must be >= 1"),
         (cfg.run.save_every >= 1, f"run.save_every={cfg.run.save_every} must be >= 1"),
         (cfg.logging.rollouts_per_step >= 0, f"logging.rollouts_per_step={cfg.logging.rollouts_per_step} must be >= 0"),

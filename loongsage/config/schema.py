@@ -77,6 +77,26 @@ class DataConfig:
 
 
 @dataclass
+class AgentConfig:
+    # Empty: no agent, each prompt is answered by one completion (math_grpo). Otherwise every
+    # data item is an episode of this agent: a registry name (tool, blackbox, mini_swe_agent)
+    # or an import path `pkg.module:Agent`, reaching the engines through the router.
+    name: str = ""
+    # Keyword arguments for the agent (tool: max_turns, max_tokens, context_budget, ...).
+    options: dict[str, Any] = field(default_factory=dict)
+    # Sandbox backend of each episode's workspace (auto | bwrap | local | apptainer | import path).
+    sandbox: str = "auto"
+    # SandboxLimits fields (timeout_s, cpu_s, memory_mb, max_processes, max_file_mb, ...).
+    sandbox_limits: dict[str, Any] = field(default_factory=dict)
+    # Episodes running at once; each holds a sandbox and an agent thread or process.
+    max_concurrent: int = 8
+    # How the router renders messages and tools and parses tool calls.
+    chat_format: str = "hermes"
+    # Training samples per trajectory branch: concat (one, tool output masked) | per_turn.
+    export: str = "concat"
+
+
+@dataclass
 class LoggingConfig:
     tensorboard: bool = True
     # How many sampled rollouts per step go into rollouts.jsonl for inspection.
@@ -103,5 +123,6 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     run: RunConfig = field(default_factory=RunConfig)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import torch
 
-from loongsage.algorithms.advantages import grpo_advantages
+from loongsage.algorithms.advantages import grouped_advantages
 from loongsage.config import Config
+from loongsage.controller.agent_rollout import AgentRolloutSource
 from loongsage.controller.checkpoint import latest_checkpoint, load_controller_state, save_checkpoint
 from loongsage.controller.metrics import rollout_metrics
 from loongsage.controller.monitor import Monitor
@@ -28,8 +29,7 @@ class Controller:
         self.prompts = PromptStream(cfg.data, load_tokenizer(model_path), cfg.run.seed)
         self.rollout = RolloutGroup(cfg.rollout, model_path)
         self.trainer = TrainGroup(model_path, cfg.trainer, cfg.algorithm, cfg.run.seed)
-        self.rewards = RewardPool(cfg.data.reward, cfg.data.num_reward_workers)
-        self.source = SyncRolloutSource(cfg.rollout, self.prompts, self.rollout, self.rewards, cfg.run.seed)
+        self.source = self._rollout_source(model_path)
         self.step = 0
         self.weight_version = 0
         self._resume_if_possible()
@@ -47,8 +47,16 @@ class Controller:
             monitor.close()
 
     def shutdown(self) -> None:
+        self.source.close()
         self.rollout.shutdown()
         self.trainer.shutdown()
+
+    def _rollout_source(self, model_path: str):
+        """Agent episodes through the router when an agent is configured, else one completion per sample."""
+        if self.cfg.agent.name:
+            return AgentRolloutSource(self.cfg, self.prompts, self.rollout, model_path)
+        rewards = RewardPool(self.cfg.data.reward, self.cfg.data.num_reward_workers)
+        return SyncRolloutSource(self.cfg.rollout, self.prompts, self.rollout, rewards, self.cfg.run.seed)
 
     def _one_step(self) -> tuple[list[Sample], dict[str, float]]:
         started = time.perf_counter()
@@ -59,7 +67,7 @@ class Controller:
         trained = time.perf_counter()
         self._sync_weights()
         synced = time.perf_counter()
-        metrics.update(rollout_metrics(samples, self.cfg.rollout.group_size))
+        metrics.update(rollout_metrics(samples))
         metrics.update(
             {
                 "timing/rollout_s": rolled_out - started,
@@ -72,10 +80,18 @@ class Controller:
         return samples, metrics
 
     def _assign_advantages(self, samples: list[Sample]) -> None:
-        rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
-        advantages = grpo_advantages(rewards, self.cfg.rollout.group_size, normalize_std=self.cfg.algorithm.normalize_std)
-        for sample, advantage in zip(samples, advantages.tolist()):
-            sample.advantage = advantage
+        """GRPO over episodes: an agent trajectory exported as several samples (branches)
+        counts once in its group's statistics, and every one of its samples gets its advantage."""
+        episodes = [s.metadata.get("trajectory_id", index) for index, s in enumerate(samples)]
+        first: dict = {}
+        for episode, sample in zip(episodes, samples):
+            first.setdefault(episode, sample)
+        rewards = torch.tensor([s.reward for s in first.values()], dtype=torch.float32)
+        groups = torch.tensor([s.group_id for s in first.values()])
+        advantages = grouped_advantages(rewards, groups, normalize_std=self.cfg.algorithm.normalize_std)
+        by_episode = dict(zip(first, advantages.tolist()))
+        for sample, episode in zip(samples, episodes):
+            sample.advantage = by_episode[episode]
 
     def _sync_weights(self) -> None:
         self.weight_version += 1

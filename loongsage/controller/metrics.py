@@ -6,17 +6,34 @@ import statistics
 from loongsage.sample import Sample
 
 
-def rollout_metrics(samples: list[Sample], group_size: int) -> dict[str, float]:
+def rollout_metrics(samples: list[Sample]) -> dict[str, float]:
     rewards = [s.reward for s in samples]
     lengths = [len(s.response_ids) for s in samples]
-    groups = [rewards[i : i + group_size] for i in range(0, len(rewards), group_size)]
+    groups: dict[int, list[float]] = {}
+    for sample in samples:
+        groups.setdefault(sample.group_id, []).append(sample.reward)
     return {
         "rollout/reward_mean": statistics.fmean(rewards),
         "rollout/reward_std": statistics.pstdev(rewards),
         "rollout/response_len_mean": statistics.fmean(lengths),
         "rollout/response_len_max": float(max(lengths)),
         "rollout/truncated_frac": sum(s.finish_reason == "length" for s in samples) / len(samples),
-        "rollout/zero_variance_group_frac": sum(max(g) == min(g) for g in groups) / len(groups),
+        "rollout/zero_variance_group_frac": sum(max(g) == min(g) for g in groups.values()) / len(groups),
         "rollout/reward_errors": float(sum("reward_error" in s.metadata for s in samples)),
         "rollout/samples": float(len(samples)),
+        **_agent_metrics(samples),
+    }
+
+
+def _agent_metrics(samples: list[Sample]) -> dict[str, float]:
+    """Per episode (not per sample): how agents ended and how long they went on."""
+    episodes = {s.metadata["trajectory_id"]: s.metadata for s in samples if "exit_status" in s.metadata}
+    if not episodes:
+        return {}
+    statuses = [meta["exit_status"] for meta in episodes.values()]
+    return {
+        "agent/episodes": float(len(episodes)),
+        "agent/submitted_frac": statuses.count("submitted") / len(statuses),
+        "agent/error_frac": statuses.count("error") / len(statuses),
+        "agent/turns_mean": statistics.fmean(meta["turns"] for meta in episodes.values()),
     }

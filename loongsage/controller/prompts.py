@@ -36,14 +36,19 @@ class PromptStream:
         self._order = self._epoch_order()
 
     def take(self, count: int) -> list[Prompt]:
-        prompts = []
+        """The next `count` items as chat-templated prompts."""
+        return [self._encode(item) for item in self.take_items(count)]
+
+    def take_items(self, count: int) -> list[dict]:
+        """The next `count` items as the data source gave them (agent episodes start from these)."""
+        items = []
         for _ in range(count):
             if self.index == len(self._order):
                 self.epoch, self.index = self.epoch + 1, 0
                 self._order = self._epoch_order()
-            prompts.append(self._encode(self.items[self._order[self.index]]))
+            items.append(self.items[self._order[self.index]])
             self.index += 1
-        return prompts
+        return items
 
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "index": self.index}

@@ -25,3 +25,6 @@ class SyncRolloutSource:
 
     def on_weights_updated(self, version: int) -> None:
         """Nothing is in flight between steps in synchronous mode."""
+
+    def close(self) -> None:
+        """Nothing of its own to stop: the engines belong to the RolloutGroup."""

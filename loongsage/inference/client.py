@@ -7,6 +7,11 @@ from typing import Any
 import httpx
 
 
+# Idle connections are dropped before uvicorn's 5 s keep-alive closes them from its side, so a
+# request never goes out on a connection the server is closing at that moment.
+KEEPALIVE_S = 4.0
+
+
 class EngineError(RuntimeError):
     def __init__(self, message: str, url: str, status: int | None = None):
         super().__init__(f"{url}: {message}" if status is None else f"{url} -> HTTP {status}: {message}")
@@ -17,7 +22,7 @@ class EngineClient:
     def __init__(self, base_url: str, timeout: float = 600.0):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        self._client = httpx.Client(base_url=self.base_url, timeout=timeout)
+        self._client = httpx.Client(base_url=self.base_url, timeout=timeout, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S))
         self._aclient: httpx.AsyncClient | None = None
         self._aclient_loop: asyncio.AbstractEventLoop | None = None
 
@@ -112,7 +117,7 @@ class EngineClient:
         """One pooled client per event loop: an AsyncClient must not cross loops."""
         loop = asyncio.get_running_loop()
         if self._aclient is None or self._aclient_loop is not loop:
-            limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+            limits = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_S)
             self._aclient = httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout, limits=limits)
             self._aclient_loop = loop
         return self._aclient

@@ -7,50 +7,38 @@ A data source is a callable taking keyword parameters and returning a sequence o
 """
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
+from loongsage.registry import resolve
 from loongsage.tasks.math.jsonl import load_gsm8k_jsonl
-from loongsage.tasks.math.reward import math_reward
+from loongsage.tasks.math.reward import answer_reward, math_reward
 from loongsage.tasks.math.synthetic import SyntheticArithmetic
+from loongsage.tasks.swe.reward import episode_reward as swe_episode_reward
+from loongsage.tasks.swe.source import swe_tasks
 
 DATA_SOURCES: dict[str, Callable[..., Any]] = {
     "synthetic_arithmetic": SyntheticArithmetic,
     "gsm8k_jsonl": load_gsm8k_jsonl,
+    "swe_tasks": swe_tasks,
 }
 REWARD_FUNCTIONS: dict[str, Callable[[str, str], float]] = {
     "math": math_reward,
 }
-
-
-def resolve(registry: Mapping[str, Callable[..., Any]], name_or_path: str, kind: str) -> Callable[..., Any]:
-    """The registered entry `name_or_path`, else the object at "module:attribute".
-    `kind` ("reward function", ...) only words the error messages."""
-    if name_or_path in registry:
-        return registry[name_or_path]
-    if ":" not in name_or_path:
-        raise ValueError(
-            f"unknown {kind} {name_or_path!r}; known: {', '.join(sorted(registry))}, "
-            f"or an import path 'package.module:attribute'"
-        )
-    module_name, _, attribute = name_or_path.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"{kind} {name_or_path!r}: cannot import module {module_name!r} ({exc})") from exc
-    target: Any = module
-    for part in attribute.split("."):
-        if not hasattr(target, part):
-            raise ValueError(f"{kind} {name_or_path!r}: module {module_name!r} has no attribute {attribute!r}")
-        target = getattr(target, part)
-    if not callable(target):
-        raise ValueError(f"{kind} {name_or_path!r} is a {type(target).__name__}, not callable")
-    return target
+# Rewards of agent episodes: `fn(item, agent_result) -> (reward, info)`, item being the data
+# source's item and agent_result an AgentResult (answer, patch, exit_status, ...).
+EPISODE_REWARDS: dict[str, Callable[[dict, Any], tuple[float, dict]]] = {
+    "swe": swe_episode_reward,
+    "math": answer_reward,
+}
 
 
 def get_data_source(name_or_path: str) -> Callable[..., Any]:
     return resolve(DATA_SOURCES, name_or_path, "data source")
+
+
+def get_episode_reward(name_or_path: str) -> Callable[[dict, Any], tuple[float, dict]]:
+    return resolve(EPISODE_REWARDS, name_or_path, "episode reward")
 
 
 def get_reward_fn(name_or_path: str) -> Callable[[str, str], float]:

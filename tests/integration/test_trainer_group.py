@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-import random
 import signal
 from types import SimpleNamespace
 
@@ -12,26 +11,14 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from loongsage.sample import Sample
+from tests.samples import random_samples as _random_samples
 from loongsage.training import TrainerError, TrainGroup
 
-VOCAB = 49152
 LR = 1e-3  # large enough that one Adam step moves every weight by ~LR
 
 
 def random_samples(n: int, seed: int) -> list[Sample]:
-    rng = random.Random(seed)
-    samples = []
-    for _ in range(n):
-        response = [rng.randrange(VOCAB) for _ in range(rng.randint(2, 10))]
-        samples.append(
-            Sample(
-                prompt_ids=[rng.randrange(VOCAB) for _ in range(rng.randint(2, 6))],
-                response_ids=response,
-                response_logprobs=[-11.0] * len(response),
-                advantage=rng.gauss(0.0, 1.0),
-            )
-        )
-    return samples
+    return _random_samples(n, seed, max_response=10)
 
 
 BATCHES = [random_samples(8, seed) for seed in range(3)]

@@ -55,3 +55,19 @@ def test_group_reward_std_and_zero_variance_fraction():
     # (1,1) -> 0; (0,1) -> sqrt(0.5) = 0.707107; (0.3,0.3) -> 0
     torch.testing.assert_close(std, torch.tensor([0.0, 0.707107, 0.0]), atol=1e-6, rtol=0)
     assert (std == 0).float().mean().item() == pytest.approx(2 / 3)
+
+
+def test_grouped_advantages_by_id_match_positional_groups_and_allow_uneven_groups():
+    from loongsage.algorithms.advantages import grouped_advantages
+
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0])
+    ids = torch.tensor([7, 3, 7, 3, 3])
+    out = grouped_advantages(rewards, ids, normalize_std=False)
+    # group 7: rewards (1, 0), mean 0.5; group 3: rewards (0, 1, 1), mean 2/3
+    assert torch.allclose(out, torch.tensor([0.5, -2 / 3, -0.5, 1 / 3, 1 / 3]))
+    normed = grouped_advantages(rewards, ids)
+    std3 = torch.tensor([0.0, 1.0, 1.0]).std()
+    assert torch.allclose(normed[[1, 3]], torch.tensor([-2 / 3, 1 / 3]) / (std3 + 1e-6))
+    assert grouped_advantages(torch.tensor([1.0, 1.0]), torch.tensor([0, 0])).tolist() == [0.0, 0.0]
+    with pytest.raises(ValueError, match="same 1-D shape"):
+        grouped_advantages(rewards, ids[:2])

@@ -5,7 +5,8 @@ import pytest
 from loongsage.tasks.math.jsonl import load_gsm8k_jsonl
 from loongsage.tasks.math.reward import math_reward
 from loongsage.tasks.math.synthetic import SyntheticArithmetic
-from loongsage.tasks.registry import get_data_source, get_reward_fn, resolve
+from loongsage.registry import resolve
+from loongsage.tasks.registry import get_data_source, get_reward_fn
 
 
 def test_names_resolve():
@@ -23,7 +24,7 @@ def test_import_path_fallback():
 def test_unknown_name_lists_known_ones():
     with pytest.raises(ValueError, match=r"unknown reward function 'maths'; known: math, or"):
         get_reward_fn("maths")
-    with pytest.raises(ValueError, match="known: gsm8k_jsonl, synthetic_arithmetic"):
+    with pytest.raises(ValueError, match="known: gsm8k_jsonl, swe_tasks, synthetic_arithmetic"):
         get_data_source("gsm8k")
 
 

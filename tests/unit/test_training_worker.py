@@ -1,16 +1,15 @@
 """TrainWorker in-process, as a 1-rank gloo group, on the tiny model."""
 from __future__ import annotations
 
-import random
 
 import pytest
 import torch
 
 from loongsage.sample import Sample
+from tests.samples import random_samples as _random_samples
 from loongsage.training.fsdp import TrainWorker
 from loongsage.config.schema import AlgorithmConfig, TrainerConfig
 
-VOCAB = 49152
 METRIC_KEYS = {
     "train/loss",
     "train/pg_loss",
@@ -24,21 +23,7 @@ METRIC_KEYS = {
 
 
 def random_samples(n: int, seed: int = 0) -> list[Sample]:
-    """Uneven prompt/response lengths and partial loss masks, so normalization matters."""
-    rng = random.Random(seed)
-    samples = []
-    for _ in range(n):
-        response = [rng.randrange(VOCAB) for _ in range(rng.randint(2, 12))]
-        samples.append(
-            Sample(
-                prompt_ids=[rng.randrange(VOCAB) for _ in range(rng.randint(2, 6))],
-                response_ids=response,
-                response_logprobs=[-11.0] * len(response),
-                loss_mask=[int(rng.random() < 0.8) for _ in response],
-                advantage=rng.gauss(0.0, 1.0),
-            )
-        )
-    return samples
+    return _random_samples(n, seed, partial_mask=True)
 
 
 @pytest.fixture

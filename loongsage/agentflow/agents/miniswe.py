@@ -20,9 +20,13 @@ from loongsage.agentflow.sandbox import attach_sandbox
 SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
 
-def mini_swe_agent(step_limit: int = 10, config: str = "mini.yaml", timeout_s: float = 900.0,
-                   command_timeout_s: int = 60, extra_config: tuple[str, ...] = ()) -> BlackBoxAgent:
-    """A BlackBoxAgent running the `mini` CLI non-interactively against the trajectory's URL."""
+def mini_swe_agent(step_limit: int = 10, max_tokens: int | None = None, config: str = "mini.yaml",
+                   timeout_s: float = 900.0, command_timeout_s: int = 60,
+                   extra_config: tuple[str, ...] = ()) -> BlackBoxAgent:
+    """A BlackBoxAgent running the `mini` CLI non-interactively against the trajectory's URL.
+    `extra_config`: more of mini-swe-agent's own `--config key=value` specs."""
+    if max_tokens is not None:
+        extra_config = (f"model.model_kwargs.max_tokens={max_tokens}", *extra_config)
     # Beside this interpreter first: a venv's scripts are often not on PATH.
     mini = shutil.which("mini", path=str(Path(sys.executable).parent)) or shutil.which("mini")
     if mini is None:

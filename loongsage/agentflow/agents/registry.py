@@ -7,7 +7,7 @@ from loongsage.agentflow.agents.base import Agent
 from loongsage.agentflow.agents.blackbox import BlackBoxAgent
 from loongsage.agentflow.agents.miniswe import mini_swe_agent
 from loongsage.agentflow.agents.tool_agent import ToolAgent
-from loongsage.tasks.registry import resolve
+from loongsage.registry import resolve
 
 AGENTS = {"tool": ToolAgent, "blackbox": BlackBoxAgent, "mini_swe_agent": mini_swe_agent}
 

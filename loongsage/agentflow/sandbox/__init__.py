@@ -22,7 +22,7 @@ from loongsage.agentflow.sandbox.base import Sandbox, Snapshot
 from loongsage.agentflow.sandbox.bwrap import BwrapSandbox
 from loongsage.agentflow.sandbox.limits import ExecResult, SandboxError, SandboxLimits
 from loongsage.agentflow.sandbox.local import LocalSandbox
-from loongsage.tasks.registry import resolve
+from loongsage.registry import resolve
 
 __all__ = ["BACKENDS", "ExecResult", "Sandbox", "SandboxError", "SandboxLimits", "attach_sandbox",
            "available_backends", "create_sandbox"]

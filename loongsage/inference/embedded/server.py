@@ -3,15 +3,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
-import time
 
-import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
+from loongsage.http_server import AppServer
 from loongsage.inference.embedded.engine import Engine
 from loongsage.inference.embedded.protocol import BadRequest
 from loongsage.inference.embedded.weights import WeightError
@@ -150,34 +147,13 @@ def _version(body) -> str | None:
     raise BadRequest(f"expected a string, got {type(value).__name__}", "weight_version")
 
 
-class EmbeddedServer:
+class EmbeddedServer(AppServer):
     """Serves an `Engine` on its own thread; `start()` returns the base URL once it accepts."""
 
     def __init__(self, engine: Engine, host: str = "127.0.0.1", port: int = 0):
+        super().__init__(build_app(engine), host, port, name="engine-http")
         self.engine = engine
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        # Binding here (port 0 = any free port) removes the pick-then-bind race.
-        self._socket.bind((host, port))
-        self.base_url = "http://{}:{}".format(*self._socket.getsockname()[:2])
-        config = uvicorn.Config(build_app(engine), log_level="warning", access_log=False)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._run, name="engine-http", daemon=True)
-
-    def _run(self) -> None:
-        asyncio.run(self._server.serve(sockets=[self._socket]))
-
-    def start(self, timeout: float = 30.0) -> str:
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"embedded engine HTTP server did not start on {self.base_url}")
-            time.sleep(0.01)
-        return self.base_url
 
     def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join()
-        self._socket.close()
+        super().stop()
         self.engine.stop()

@@ -2,10 +2,8 @@
 fresh sandbox (`python -m loongsage.tasks.swe check|grade`)."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from loongsage.tasks.swe.instance import Prediction, SweFormatError, SweTask, load_predictions, load_tasks
+from loongsage.tasks.swe.source import BUNDLED_TASKS_PATH, swe_tasks
 
-BUNDLED_TASKS_PATH = Path(__file__).parent / "data" / "swe_tasks.jsonl"
-
-__all__ = ["BUNDLED_TASKS_PATH", "Prediction", "SweFormatError", "SweTask", "load_predictions", "load_tasks"]
+__all__ = ["BUNDLED_TASKS_PATH", "Prediction", "SweFormatError", "SweTask", "load_predictions", "load_tasks",
+           "swe_tasks"]

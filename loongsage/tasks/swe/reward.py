@@ -60,3 +60,8 @@ class SweRewardFn:
             logger.warning("SWE reward: no task with instance_id %r", label)
             return 0.0
         return swe_reward(task, response, self.backend, self.timeout_s)
+
+
+def episode_reward(item: dict[str, Any], result: Any) -> tuple[float, dict[str, Any]]:
+    """An agent episode's reward: its workspace diff graded against the item's task."""
+    return score_patch(item["task"], result.patch)

@@ -1,0 +1,21 @@
+"""The AgentFlow router: OpenAI/Anthropic-compatible HTTP in front of the engines, keeping the
+ids of every turn (token in, token out) per trajectory.
+
+    router = Router(RouterConfig(model="tiny", engine_urls=(engine_url,)))
+    server = RouterServer(router); server.start()
+    base_url = server.url_for("traj-7", attempt=0)   # hand to the agent with router.api_key
+    ...
+    samples = to_samples(router.store.pop("traj-7"))
+"""
+from loongsage.agentflow.router.chat_format import CHAT_FORMATS, HermesFormat, get_chat_format
+from loongsage.agentflow.router.config import RouterConfig
+from loongsage.agentflow.router.export import to_samples, trajectory_json
+from loongsage.agentflow.router.server import RouterServer
+from loongsage.agentflow.router.service import Router
+from loongsage.agentflow.router.store import TrajectoryStore
+from loongsage.agentflow.router.trajectory import Branch, Trajectory, Turn
+
+__all__ = [
+    "CHAT_FORMATS", "Branch", "HermesFormat", "Router", "RouterConfig", "RouterServer", "Trajectory",
+    "TrajectoryStore", "Turn", "get_chat_format", "to_samples", "trajectory_json",
+]

@@ -1,0 +1,189 @@
+"""Anthropic Messages on the wire: request validation, responses and streaming events.
+
+Supported: `system` as a string or text blocks; user/assistant messages with string content
+or text, tool_use and tool_result blocks; `tools` with `input_schema`; `tool_choice`
+(type "none" turns tool parsing off; "any"/"tool" cannot be enforced); `max_tokens`
+(required, as in Anthropic's API), `temperature`, `top_p`, `top_k`, `stop_sequences`,
+`stream`. Image, document and thinking blocks and server tools are refused with 400.
+
+Streaming: all events (message_start, content_block_start/delta/stop per block,
+message_delta, message_stop) are sent once generation has finished, since the engines
+answer in one piece.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Iterator
+
+from loongsage.agentflow.router.errors import RouterError, bad_request
+from loongsage.agentflow.router.messages import ChatRequest, Message, Sampling, ToolCall, TurnResult
+from loongsage.agentflow.router.validation import check_model, expect, get, in_range, join, json_object_body
+
+STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn"}
+
+
+def parse_messages_request(body: Any, model_names: tuple[str, ...]) -> tuple[str, ChatRequest]:
+    body = json_object_body(body)
+    model = check_model(body, model_names)
+    messages: list[Message] = []
+    system = _system(body.get("system"))
+    if system is not None:
+        messages.append(Message("system", system))
+    raw_messages = get(body, "messages", list, required=True)
+    if not raw_messages:
+        raise bad_request("messages must not be empty", "messages")
+    for i, raw in enumerate(raw_messages):
+        messages.extend(_messages(raw, join("messages", i)))
+    tools = [_tool(t, join("tools", i)) for i, t in enumerate(get(body, "tools", list) or [])]
+    tool_choice = get(body, "tool_choice", dict) or {}
+    stop = get(body, "stop_sequences", list) or []
+    for i, s in enumerate(stop):
+        expect(s, str, join("stop_sequences", i))
+    sampling = Sampling(
+        max_tokens=in_range(get(body, "max_tokens", int, required=True), 1, None, "max_tokens"),
+        temperature=in_range(get(body, "temperature", float), 0, 1, "temperature"),
+        top_p=in_range(get(body, "top_p", float), 0, 1, "top_p", low_open=True),
+        top_k=in_range(get(body, "top_k", int), 1, None, "top_k"),
+        stop=tuple(stop),
+    )
+    request = ChatRequest(messages, tools, parse_tool_calls=tool_choice.get("type") != "none",
+                          sampling=sampling, stream=bool(get(body, "stream", bool)))
+    return model, request
+
+
+def _system(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return _text_blocks(expect(value, list, "system"), "system")
+
+
+def _text_blocks(blocks: list, path: str) -> str:
+    texts = []
+    for i, block in enumerate(blocks):
+        block_path = join(path, i)
+        block = expect(block, dict, block_path)
+        kind = get(block, "type", str, block_path, required=True)
+        if kind != "text":
+            raise bad_request(f"block type {kind!r} is not supported here (text only)", join(block_path, "type"))
+        texts.append(get(block, "text", str, block_path, required=True))
+    return "\n".join(texts)
+
+
+def _messages(raw: Any, path: str) -> list[Message]:
+    """One Anthropic message as router messages: a user message's tool_result blocks become
+    `tool` messages, ahead of its text."""
+    raw = expect(raw, dict, path)
+    role = get(raw, "role", str, path, required=True)
+    if role not in ("user", "assistant"):
+        raise bad_request(f"unknown role {role!r} (expected 'user' or 'assistant')", join(path, "role"))
+    content = raw.get("content")
+    content_path = join(path, "content")
+    if isinstance(content, str):
+        return [Message(role, content)]
+    blocks = expect(content, list, content_path)
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    results: list[Message] = []
+    for i, block in enumerate(blocks):
+        block_path = join(content_path, i)
+        block = expect(block, dict, block_path)
+        kind = get(block, "type", str, block_path, required=True)
+        if kind == "text":
+            texts.append(get(block, "text", str, block_path, required=True))
+        elif kind == "tool_use" and role == "assistant":
+            arguments = get(block, "input", dict, block_path) or {}
+            calls.append(ToolCall(get(block, "id", str, block_path) or "",
+                                  get(block, "name", str, block_path, required=True),
+                                  json.dumps(arguments, ensure_ascii=False)))
+        elif kind == "tool_result" and role == "user":
+            results.append(Message("tool", _tool_result_text(block, block_path),
+                                   tool_call_id=get(block, "tool_use_id", str, block_path)))
+        else:
+            raise bad_request(f"block type {kind!r} is not supported in a {role} message", join(block_path, "type"))
+    text = "\n".join(texts)
+    if role == "assistant":
+        return [Message("assistant", text, tuple(calls))]
+    return results + ([Message("user", text)] if texts or not results else [])
+
+
+def _tool_result_text(block: dict, path: str) -> str:
+    content = block.get("content", "")
+    text = content if isinstance(content, str) else _text_blocks(expect(content, list, join(path, "content")),
+                                                                 join(path, "content"))
+    return ("Error: " + text) if block.get("is_error") is True else text
+
+
+def _tool(raw: Any, path: str) -> dict:
+    raw = expect(raw, dict, path)
+    if get(raw, "type", str, path) not in (None, "custom"):
+        raise bad_request(f"server tool {raw['type']!r} is not supported (custom tools only)", join(path, "type"))
+    spec = {"name": get(raw, "name", str, path, required=True)}
+    description = get(raw, "description", str, path)
+    if description is not None:
+        spec["description"] = description
+    spec["parameters"] = get(raw, "input_schema", dict, path, required=True)
+    return spec
+
+
+# ---- responses ---------------------------------------------------------------------------
+
+def message_json(result: TurnResult, model: str) -> dict:
+    return {
+        "id": _message_id(),
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": _content_blocks(result),
+        "stop_reason": _stop_reason(result),
+        "stop_sequence": result.stop_sequence,
+        "usage": {"input_tokens": result.prompt_tokens, "output_tokens": result.completion_tokens,
+                  "cache_read_input_tokens": result.cached_tokens},
+    }
+
+
+def message_stream(result: TurnResult, model: str) -> Iterator[str]:
+    whole = message_json(result, model)
+    start = {**whole, "content": [], "stop_reason": None, "stop_sequence": None,
+             "usage": {**whole["usage"], "output_tokens": 0}}
+    yield _event("message_start", {"type": "message_start", "message": start})
+    for index, block in enumerate(whole["content"]):
+        if block["type"] == "text":
+            opening, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
+        else:
+            opening = {**block, "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)}
+        yield _event("content_block_start", {"type": "content_block_start", "index": index, "content_block": opening})
+        yield _event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
+        yield _event("content_block_stop", {"type": "content_block_stop", "index": index})
+    yield _event("message_delta", {"type": "message_delta",
+                                   "delta": {"stop_reason": whole["stop_reason"], "stop_sequence": whole["stop_sequence"]},
+                                   "usage": {"output_tokens": result.completion_tokens}})
+    yield _event("message_stop", {"type": "message_stop"})
+
+
+def error_json(error: RouterError) -> dict:
+    return {"type": "error", "error": {"type": error.kind, "message": error.message}}
+
+
+def _content_blocks(result: TurnResult) -> list[dict]:
+    blocks: list[dict] = []
+    if result.content or not result.tool_calls:
+        blocks.append({"type": "text", "text": result.content})
+    for call in result.tool_calls:
+        blocks.append({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments_object()})
+    return blocks
+
+
+def _stop_reason(result: TurnResult) -> str:
+    if result.stop_sequence is not None and result.finish_reason == "stop":
+        return "stop_sequence"
+    return STOP_REASONS[result.finish_reason]
+
+
+def _message_id() -> str:
+    return "msg_" + uuid.uuid4().hex
+
+
+def _event(name: str, payload: dict) -> str:
+    return f"event: {name}\ndata: {json.dumps(payload, ensure_ascii=False)}\n\n"

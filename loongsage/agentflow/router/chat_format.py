@@ -1,0 +1,164 @@
+"""Chat formats: messages (+ tools) -> prompt text, and generated text -> content + tool calls.
+
+A format is chosen by registry name or import path ("my_pkg.formats:MyFormat"), constructed
+with the tokenizer. The built-in `hermes` format uses the tokenizer's own chat template; when
+that template knows no tools (SmolLM2's ChatML does not), it describes the tools in the system
+message and carries calls and results in Hermes/Qwen markup:
+
+    <tools>\n{"type": "function", "function": {...}}\n</tools>          (system message)
+    <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>        (assistant turn)
+    <tool_response>\n...\n</tool_response>                            (a user turn)
+
+A template that reads `tools` itself (Qwen2.5, Hermes models) is given the tools, the
+`tool_calls` and the `tool` messages unchanged.
+"""
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from typing import Callable, Protocol
+
+from loongsage.agentflow.router.errors import bad_request
+from loongsage.agentflow.router.messages import Message, ToolCall
+from loongsage.registry import resolve
+
+TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+TOOLS_PREAMBLE = (
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+)
+TOOLS_POSTAMBLE = (
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+    "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>'
+)
+
+
+class ChatFormat(Protocol):
+    def render(self, messages: list[Message], tools: list[dict]) -> str:
+        """The whole prompt text, ending with the opening of the assistant's turn."""
+
+    def parse_assistant(self, text: str) -> tuple[str, list[ToolCall]]:
+        """Content and tool calls of generated text. Never raises: what does not parse stays content."""
+
+
+def new_tool_call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+class HermesFormat:
+    def __init__(self, tokenizer, new_id: Callable[[], str] = new_tool_call_id):
+        template = tokenizer.chat_template
+        if isinstance(template, dict):  # several named templates: the default one renders chats
+            template = template.get("default") or next(iter(template.values()), None)
+        if not template:
+            raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template")
+        self.tokenizer = tokenizer
+        self.native_tools = re.search(r"\btools\b", template) is not None
+        self.new_id = new_id
+
+    def render(self, messages: list[Message], tools: list[dict]) -> str:
+        if self.native_tools:
+            chat, template_tools = [_native_message(m) for m in messages], tools or None
+        else:
+            chat, template_tools = _hermes_messages(messages, tools), None
+        try:
+            return self.tokenizer.apply_chat_template(
+                chat, tools=template_tools, tokenize=False, add_generation_prompt=True)
+        except Exception as exc:  # jinja raises its own TemplateError, and templates raise_exception(...)
+            raise bad_request(f"the model's chat template refused these messages: {exc}", "messages") from exc
+
+    def parse_assistant(self, text: str) -> tuple[str, list[ToolCall]]:
+        calls: list[ToolCall] = []
+        kept: list[str] = []
+        position = 0
+        for block in TOOL_CALL_BLOCK.finditer(text):
+            call = self._tool_call(block.group(1))
+            if call is None:
+                continue  # malformed: the block stays in the content
+            kept.append(text[position:block.start()])
+            position = block.end()
+            calls.append(call)
+        if not calls:
+            return text, []
+        kept.append(text[position:])
+        return "".join(kept).strip(), calls
+
+    def _tool_call(self, body: str) -> ToolCall | None:
+        try:
+            call = json.loads(body)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(call, dict) or not isinstance(call.get("name"), str) or not call["name"]:
+            return None
+        arguments = call.get("arguments", call.get("parameters", {}))
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments)
+            except json.JSONDecodeError:
+                return None
+        if not isinstance(arguments, dict):
+            return None
+        return ToolCall(self.new_id(), call["name"], json.dumps(arguments, ensure_ascii=False))
+
+
+def _native_message(message: Message) -> dict:
+    chat: dict = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        chat["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_object()}}
+            for c in message.tool_calls
+        ]
+    if message.tool_call_id is not None:
+        chat["tool_call_id"] = message.tool_call_id
+    if message.name is not None:
+        chat["name"] = message.name
+    return chat
+
+
+def _hermes_messages(messages: list[Message], tools: list[dict]) -> list[dict]:
+    chat: list[dict] = []
+    previous_role = None
+    for message in messages:
+        if message.role == "tool":
+            response = f"<tool_response>\n{message.content}\n</tool_response>"
+            if previous_role == "tool":  # results of one round of calls share one user turn
+                chat[-1]["content"] += "\n" + response
+            else:
+                chat.append({"role": "user", "content": response})
+        elif message.role == "assistant" and message.tool_calls:
+            chat.append({"role": "assistant", "content": assistant_text(message)})
+        else:
+            chat.append({"role": message.role, "content": message.content})
+        previous_role = message.role
+    if tools:
+        _describe_tools(chat, tools)
+    return chat
+
+
+def assistant_text(message: Message) -> str:
+    """An assistant message with tool calls, written the way the Hermes format has the model write it."""
+    calls = [
+        "<tool_call>\n" + json.dumps({"name": c.name, "arguments": c.arguments_object()}, ensure_ascii=False)
+        + "\n</tool_call>"
+        for c in message.tool_calls
+    ]
+    return "\n".join(([message.content] if message.content else []) + calls)
+
+
+def _describe_tools(chat: list[dict], tools: list[dict]) -> None:
+    schemas = "\n".join(json.dumps({"type": "function", "function": t}, ensure_ascii=False) for t in tools)
+    block = TOOLS_PREAMBLE + schemas + TOOLS_POSTAMBLE
+    if chat and chat[0]["role"] == "system":
+        system = chat[0]["content"]
+        chat[0] = {"role": "system", "content": (system + "\n\n" if system else "") + block}
+    else:
+        chat.insert(0, {"role": "system", "content": block})
+
+
+CHAT_FORMATS: dict[str, Callable[..., ChatFormat]] = {"hermes": HermesFormat}
+
+
+def get_chat_format(name_or_path: str, tokenizer) -> ChatFormat:
+    return resolve(CHAT_FORMATS, name_or_path, "chat format")(tokenizer)

@@ -1,0 +1,33 @@
+"""Router settings."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_MAX_BODY_BYTES = 16 * 2**20
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    model: str  # registry name or HF directory: its tokenizer and chat template are used
+    engine_urls: tuple[str, ...]  # SGLang-protocol engines serving that model
+    served_model_names: tuple[str, ...] = ()  # what requests may name as `model`; default (model,)
+    api_key: str | None = None  # None: a fresh key per run (secrets.token_urlsafe)
+    host: str = "127.0.0.1"  # agents run on this machine; expose wider only on purpose
+    port: int = 0  # 0: any free port
+    chat_format: str = "hermes"  # registry name or "package.module:Class"
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_context: int | None = None  # prompt + output tokens; None: asked of the engine
+    request_timeout_s: float = 600.0
+    max_resumes: int = 8  # an aborted generation (weight update) is continued this many times at most
+
+    def __post_init__(self):
+        if isinstance(self.engine_urls, str):
+            raise ValueError("router engine_urls must be a list of URLs, not one string")
+        if self.max_body_bytes <= 0:
+            raise ValueError(f"router max_body_bytes={self.max_body_bytes} must be > 0")
+        if self.max_resumes < 0:
+            raise ValueError(f"router max_resumes={self.max_resumes} must be >= 0")
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        return tuple(self.served_model_names) or (self.model,)

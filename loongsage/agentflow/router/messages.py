@@ -1,0 +1,86 @@
+"""The router's own view of a chat request, shared by the OpenAI and Anthropic front ends.
+
+Both wire formats are validated and converted into these types; the chat format, the
+token-in/token-out bookkeeping and the engine call only ever see them.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # JSON text, as OpenAI carries it
+
+    def arguments_object(self):
+        """The arguments parsed; the raw text when it is not JSON (an agent may send anything)."""
+        try:
+            return json.loads(self.arguments)
+        except (json.JSONDecodeError, TypeError):
+            return self.arguments
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str
+    content: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """What the request asks of the sampler; None leaves the engine's default."""
+
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    ignore_eos: bool | None = None  # vLLM/SGLang extension: generate max_tokens whatever is sampled
+
+
+@dataclass
+class ChatRequest:
+    messages: list[Message]
+    tools: list[dict] = field(default_factory=list)  # OpenAI function specs: {name, description, parameters}
+    parse_tool_calls: bool = True  # False for tool_choice "none": tools stay unrendered, text stays text
+    sampling: Sampling = field(default_factory=Sampling)
+    stream: bool = False
+    include_usage: bool = False  # a final usage chunk when streaming
+    logprobs: bool = False  # return each sampled token's logprob to the agent
+
+
+@dataclass
+class TurnResult:
+    """One assistant reply, ready for either front end to format."""
+
+    content: str
+    tool_calls: list[ToolCall]
+    finish_reason: str  # "stop" | "length" | "tool_calls"
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    token_logprobs: list[tuple[str, float]]  # (token text, logprob) per sampled token, when asked for
+    stop_sequence: str | None  # the stop string generation ended on
+    branch: int  # where the turn was recorded on its trajectory
+    turn: int
+
+
+def canonical_json(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def assistant_key(content: str, tool_calls) -> tuple:
+    """Identity of an assistant message up to what agents commonly change when they echo it back:
+    surrounding whitespace, `null` vs "" content, tool-call ids, and the spacing or key order of
+    the arguments JSON."""
+    calls = tuple((call.name, canonical_json(call.arguments_object())) for call in tool_calls)
+    return ((content or "").strip(), calls)

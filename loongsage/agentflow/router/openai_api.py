@@ -1,0 +1,259 @@
+"""OpenAI Chat Completions on the wire: request validation and response/stream formatting.
+
+Supported: messages with roles system/developer/user/assistant/tool (text content as a
+string or text parts), `tools` of type function, `tool_choice` ("none" turns tool parsing
+off; "required" and named choices are accepted but cannot be enforced: decoding is not
+constrained), `max_tokens`/`max_completion_tokens`, `temperature`, `top_p`, `top_k`,
+`stop`, `seed`, `ignore_eos` (the vLLM/SGLang extension), `logprobs`, `stream` with
+`stream_options.include_usage`.
+
+Refused with 400 rather than silently ignored, because dropping them would change what is
+sampled: `n` > 1, non-zero penalties, `logit_bias`, `top_logprobs`, a `response_format`
+other than text, non-text content parts. Other fields (user, metadata, store,
+parallel_tool_calls, ...) do not affect sampling and are ignored.
+
+Streaming: the engines answer `/generate` in one piece, so the chunks (role, content, one
+delta per tool call, finish, usage) are all sent once generation has finished.
+"""
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any, Iterator
+
+from loongsage.agentflow.router.errors import RouterError, bad_request
+from loongsage.agentflow.router.messages import ChatRequest, Message, Sampling, ToolCall, TurnResult
+from loongsage.agentflow.router.validation import check_model, expect, get, in_range, join, json_object_body
+
+ROLE_ALIASES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
+TEXT_PART_TYPES = ("text", "input_text", "output_text")
+
+
+def parse_chat_completion(body: Any, model_names: tuple[str, ...]) -> tuple[str, ChatRequest]:
+    body = json_object_body(body)
+    model = check_model(body, model_names)
+    _refuse_unsupported(body)
+    messages = get(body, "messages", list, required=True)
+    if not messages:
+        raise bad_request("messages must not be empty", "messages")
+    tools = [_tool(t, join("tools", i)) for i, t in enumerate(get(body, "tools", list) or [])]
+    stream_options = get(body, "stream_options", dict) or {}
+    request = ChatRequest(
+        messages=[_message(m, join("messages", i)) for i, m in enumerate(messages)],
+        tools=tools,
+        parse_tool_calls=_tool_choice(body.get("tool_choice")) != "none",
+        sampling=_sampling(body),
+        stream=bool(get(body, "stream", bool)),
+        include_usage=bool(get(stream_options, "include_usage", bool, "stream_options")),
+        logprobs=bool(get(body, "logprobs", bool)),
+    )
+    return model, request
+
+
+def _refuse_unsupported(body: dict) -> None:
+    n = get(body, "n", int)
+    if n is not None and n != 1:
+        raise bad_request(f"n={n} is not supported: the router returns one choice per request; "
+                          "send n requests instead", "n")
+    for penalty in ("frequency_penalty", "presence_penalty"):
+        if get(body, penalty, float):
+            raise bad_request(f"{penalty} is not supported by the engines; leave it 0", penalty)
+    if get(body, "logit_bias", dict):
+        raise bad_request("logit_bias is not supported by the engines", "logit_bias")
+    if get(body, "top_logprobs", int):
+        raise bad_request("top_logprobs is not supported; logprobs=true returns the sampled tokens' logprobs",
+                          "top_logprobs")
+    response_format = get(body, "response_format", dict)
+    if response_format and response_format.get("type", "text") != "text":
+        raise bad_request(f"response_format type {response_format.get('type')!r} is not supported: "
+                          "the router cannot constrain decoding", "response_format.type")
+
+
+def _message(raw: Any, path: str) -> Message:
+    raw = expect(raw, dict, path)
+    role = get(raw, "role", str, path, required=True)
+    if role not in ROLE_ALIASES:
+        raise bad_request(f"unknown role {role!r} (expected one of {', '.join(ROLE_ALIASES)})", join(path, "role"))
+    role = ROLE_ALIASES[role]
+    content = _content(raw.get("content"), join(path, "content"), nullable=role == "assistant")
+    tool_calls = tuple(
+        _tool_call(c, join(join(path, "tool_calls"), i)) for i, c in enumerate(get(raw, "tool_calls", list, path) or [])
+    ) if role == "assistant" else ()
+    return Message(role, content, tool_calls, tool_call_id=get(raw, "tool_call_id", str, path),
+                   name=get(raw, "name", str, path))
+
+
+def _content(value: Any, path: str, nullable: bool) -> str:
+    if value is None:
+        if nullable:
+            return ""
+        raise bad_request(f"{path} is required", path)
+    if isinstance(value, str):
+        return value
+    parts = expect(value, (str, list), path)
+    texts = []
+    for i, part in enumerate(parts):
+        part_path = join(path, i)
+        part = expect(part, dict, part_path)
+        kind = get(part, "type", str, part_path, required=True)
+        if kind not in TEXT_PART_TYPES:
+            raise bad_request(f"content part type {kind!r} is not supported (text only)", join(part_path, "type"))
+        texts.append(get(part, "text", str, part_path, required=True))
+    return "\n".join(texts)
+
+
+def _tool_call(raw: Any, path: str) -> ToolCall:
+    raw = expect(raw, dict, path)
+    kind = get(raw, "type", str, path) or "function"
+    if kind != "function":
+        raise bad_request(f"tool call type {kind!r} is not supported (function only)", join(path, "type"))
+    function = get(raw, "function", dict, path, required=True)
+    function_path = join(path, "function")
+    arguments = function.get("arguments", "{}")
+    if isinstance(arguments, dict):  # lenient: some agents send the object itself
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    expect(arguments, str, join(function_path, "arguments"))
+    return ToolCall(get(raw, "id", str, path) or "", get(function, "name", str, function_path, required=True),
+                    arguments)
+
+
+def _tool(raw: Any, path: str) -> dict:
+    raw = expect(raw, dict, path)
+    kind = get(raw, "type", str, path) or "function"
+    if kind != "function":
+        raise bad_request(f"tool type {kind!r} is not supported (function only)", join(path, "type"))
+    function = get(raw, "function", dict, path, required=True)
+    function_path = join(path, "function")
+    spec = {"name": get(function, "name", str, function_path, required=True)}
+    description = get(function, "description", str, function_path)
+    if description is not None:
+        spec["description"] = description
+    spec["parameters"] = get(function, "parameters", dict, function_path) or {"type": "object", "properties": {}}
+    return spec
+
+
+def _tool_choice(value: Any) -> str:
+    if value is None or value in ("auto", "required", "none"):
+        return value or "auto"
+    if isinstance(value, dict) and value.get("type") in ("function", "allowed_tools", "custom"):
+        return "named"
+    raise bad_request(f"tool_choice must be 'auto', 'none', 'required' or a named function, got {value!r}",
+                      "tool_choice")
+
+
+def _sampling(body: dict) -> Sampling:
+    max_tokens = get(body, "max_completion_tokens", int)
+    field = "max_completion_tokens"
+    if max_tokens is None:
+        max_tokens, field = get(body, "max_tokens", int), "max_tokens"
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        stop = [stop]
+    if stop is not None and (not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop)):
+        raise bad_request("stop must be a non-empty string or an array of them", "stop")
+    return Sampling(
+        max_tokens=in_range(max_tokens, 1, None, field),
+        temperature=in_range(get(body, "temperature", float), 0, 2, "temperature"),
+        top_p=in_range(get(body, "top_p", float), 0, 1, "top_p", low_open=True),
+        top_k=_top_k(get(body, "top_k", int)),
+        stop=tuple(stop or ()),
+        seed=get(body, "seed", int),
+        ignore_eos=get(body, "ignore_eos", bool),
+    )
+
+
+def _top_k(value: int | None) -> int | None:
+    if value is None or value in (-1, 0):
+        return None if value is None else -1  # 0 and -1 both mean "off" across OpenAI-compatible servers
+    return in_range(value, 1, None, "top_k")
+
+
+# ---- responses ---------------------------------------------------------------------------
+
+def completion_json(result: TurnResult, model: str) -> dict:
+    return {
+        "id": _completion_id(),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": None,
+        "choices": [{
+            "index": 0,
+            "message": _message_json(result),
+            "logprobs": _logprobs_json(result),
+            "finish_reason": result.finish_reason,
+        }],
+        "usage": _usage_json(result),
+    }
+
+
+def completion_stream(result: TurnResult, model: str, include_usage: bool) -> Iterator[str]:
+    base = {"id": _completion_id(), "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": model, "system_fingerprint": None}
+    if include_usage:
+        base["usage"] = None
+
+    def chunk(delta: dict, finish_reason: str | None = None, logprobs=None) -> str:
+        choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+        return _sse({**base, "choices": [choice]})
+
+    yield chunk({"role": "assistant", "content": ""})
+    if result.content:
+        yield chunk({"content": result.content}, logprobs=_logprobs_json(result))
+    for index, call in enumerate(result.tool_calls):
+        yield chunk({"tool_calls": [{"index": index, "id": call.id, "type": "function",
+                                     "function": {"name": call.name, "arguments": call.arguments}}]})
+    yield chunk({}, result.finish_reason)
+    if include_usage:
+        yield _sse({**base, "choices": [], "usage": _usage_json(result)})
+    yield "data: [DONE]\n\n"
+
+
+def models_json(model_names: tuple[str, ...], created: int) -> dict:
+    return {"object": "list",
+            "data": [{"id": name, "object": "model", "created": created, "owned_by": "loongsage"}
+                     for name in model_names]}
+
+
+def error_json(error: RouterError) -> dict:
+    codes = {401: "invalid_api_key", 404: "model_not_found" if error.param == "model" else "not_found"}
+    return {"error": {"message": error.message, "type": error.kind, "param": error.param,
+                      "code": codes.get(error.status)}}
+
+
+def _message_json(result: TurnResult) -> dict:
+    message: dict = {"role": "assistant", "content": result.content or (None if result.tool_calls else ""),
+                     "refusal": None}
+    if result.tool_calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in result.tool_calls
+        ]
+    return message
+
+
+def _logprobs_json(result: TurnResult) -> dict | None:
+    if not result.token_logprobs:
+        return None
+    return {"content": [
+        {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8")), "top_logprobs": []}
+        for token, logprob in result.token_logprobs
+    ], "refusal": None}
+
+
+def _usage_json(result: TurnResult) -> dict:
+    return {
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "total_tokens": result.prompt_tokens + result.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": result.cached_tokens},
+    }
+
+
+def _completion_id() -> str:
+    return "chatcmpl-" + uuid.uuid4().hex
+
+
+def _sse(payload: dict) -> str:
+    return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"

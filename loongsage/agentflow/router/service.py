@@ -1,0 +1,168 @@
+"""The router's core: one chat request in, one recorded turn and one assistant reply out.
+
+Both HTTP front ends call `Router.complete`; nothing here knows about a wire format.
+"""
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+import uuid
+
+from loongsage.agentflow.router.chat_format import get_chat_format
+from loongsage.agentflow.router.config import RouterConfig
+from loongsage.agentflow.router.engines import EnginePool
+from loongsage.agentflow.router.errors import RouterError, bad_request
+from loongsage.agentflow.router.messages import ChatRequest, TurnResult
+from loongsage.agentflow.router.store import TrajectoryStore
+from loongsage.agentflow.router.trajectory import Trajectory, Turn
+from loongsage.agentflow.router.turns import Generation, make_turn
+from loongsage.inference.client import EngineClient, EngineError
+from loongsage.models import load_tokenizer, resolve_model_path
+
+UNVERSIONED = -1  # an engine whose weight version is not an integer ("default")
+
+
+class Router:
+    """Tokenizer, chat format, engines and the trajectory store; `store.pop(id)` hands a finished
+    trajectory to the controller (see export.to_samples). Request handling runs on one event loop."""
+
+    def __init__(self, cfg: RouterConfig, tokenizer=None):
+        self.cfg = cfg
+        self.api_key = cfg.api_key or secrets.token_urlsafe(32)
+        self.model_names = cfg.model_names
+        self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(resolve_model_path(cfg.model))
+        self.chat_format = get_chat_format(cfg.chat_format, self.tokenizer)
+        self.store = TrajectoryStore()
+        self.engines = EnginePool(cfg.engine_urls, cfg.request_timeout_s)
+        self._max_context = cfg.max_context
+        self._context_probe: asyncio.Future | None = None
+
+    async def complete(self, trajectory_id: str | None, attempt: str, request: ChatRequest) -> TurnResult:
+        """Render, plan the prompt ids, generate, record. `trajectory_id` None: an anonymous
+        request, answered but not recorded (nobody could ever collect it)."""
+        existing = self.store.get(trajectory_id) if trajectory_id is not None else None
+        trajectory = existing or Trajectory(trajectory_id or "")
+        tools = request.tools if request.parse_tool_calls else []
+        rendered = self.chat_format.render(trajectory.substitute_replies(request.messages), tools)
+        plan = trajectory.plan(rendered, attempt, self._tokenize)
+        async with self.engines.engine_for(trajectory_id) as engine:
+            max_new_tokens = await self._max_new_tokens(engine, len(plan.prompt_ids), request.sampling.max_tokens)
+            generation = await self._generate(engine, plan.prompt_ids, _sampling_params(request), max_new_tokens)
+        parse = self.chat_format.parse_assistant if request.parse_tool_calls and request.tools else None
+        turn, matched_stop = make_turn(plan, generation, self._decode, parse, engine.base_url)
+        if trajectory_id is not None and existing is None:
+            # Registered only once a turn exists, so a refused first request leaves no trace.
+            trajectory = self.store.setdefault(trajectory_id, trajectory)
+        branch = trajectory.record(plan, attempt, turn)
+        return TurnResult(
+            content=turn.message.content,
+            tool_calls=list(turn.message.tool_calls),
+            finish_reason=_finish_reason(turn),
+            prompt_tokens=len(turn.prompt_ids),
+            completion_tokens=len(turn.output_ids),
+            cached_tokens=generation.cached_tokens,
+            token_logprobs=self._token_logprobs(turn) if request.logprobs else [],
+            stop_sequence=matched_stop,
+            branch=branch.index,
+            turn=len(branch.turns) - 1,
+        )
+
+    def _tokenize(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def _decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False)
+
+    async def _max_new_tokens(self, engine: EngineClient, prompt_tokens: int, asked: int | None) -> int:
+        limit = await self._context_limit(engine)
+        room = limit - prompt_tokens
+        if asked is None:
+            if room <= 0:
+                raise bad_request(f"the messages take {prompt_tokens} tokens; the context limit is {limit}",
+                                  "messages")
+            return room
+        if asked > room:
+            raise bad_request(
+                f"this model's context limit is {limit} tokens: the messages take {prompt_tokens} and "
+                f"max_tokens asks for {asked} more ({prompt_tokens + asked})", "max_tokens")
+        return asked
+
+    async def _context_limit(self, engine: EngineClient) -> int:
+        if self._max_context is None:
+            # One probe, however many first requests arrive together.
+            if self._context_probe is None:
+                self._context_probe = asyncio.ensure_future(asyncio.to_thread(_engine_context_limit, engine))
+            try:
+                self._max_context = await asyncio.shield(self._context_probe)
+            except RouterError:
+                self._context_probe = None  # let a later request ask again
+                raise
+        return self._max_context
+
+    async def _generate(self, engine: EngineClient, prompt_ids: list[int], params: dict, max_new: int) -> Generation:
+        """One engine call, continued when the engine aborts it part-way (a weight update under
+        interruptible generation): the partial output becomes part of the next call's input, and
+        each token keeps the version that produced it."""
+        done = Generation()
+        for _ in range(self.cfg.max_resumes + 1):
+            rid = uuid.uuid4().hex
+            done.rids.append(rid)
+            started = time.perf_counter()
+            response = await _call_engine(engine, prompt_ids + done.output_ids,
+                                          {**params, "max_new_tokens": max_new - len(done.output_ids)}, rid)
+            done.seconds += time.perf_counter() - started
+            meta = response["meta_info"]
+            ids = list(response["output_ids"])
+            done.output_ids += ids
+            done.logprobs += [entry[0] for entry in meta.get("output_token_logprobs", [])[: len(ids)]]
+            done.versions += [_version_number(meta.get("weight_version"))] * len(ids)
+            done.finish = meta.get("finish_reason") or {"type": "stop"}
+            if len(done.rids) == 1:
+                done.cached_tokens = int(meta.get("cached_tokens", 0) or 0)
+            if done.finish.get("type") != "abort" or len(done.output_ids) >= max_new:
+                break
+        return done
+
+    def _token_logprobs(self, turn: Turn) -> list[tuple[str, float]]:
+        return [(self._decode([t]), lp) for t, lp in zip(turn.output_ids, turn.output_logprobs)]
+
+
+def _sampling_params(request: ChatRequest) -> dict:
+    s = request.sampling
+    params = {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "sampling_seed": s.seed,
+              "stop": list(s.stop) or None, "ignore_eos": s.ignore_eos}
+    return {k: v for k, v in params.items() if v is not None}
+
+
+async def _call_engine(engine: EngineClient, input_ids: list[int], params: dict, rid: str) -> dict:
+    try:
+        return await engine.agenerate(input_ids=input_ids, sampling_params=params, return_logprob=True, rid=rid)
+    except EngineError as exc:
+        if exc.status is not None and 400 <= exc.status < 500:
+            raise RouterError(400, f"the engine refused the request: {exc.server_message}") from exc
+        raise RouterError(502, f"engine {engine.base_url} failed: {exc}") from exc
+
+
+def _engine_context_limit(engine: EngineClient) -> int:
+    try:
+        info = engine.get_server_info()
+    except EngineError as exc:
+        raise RouterError(502, f"cannot read the context limit of engine {engine.base_url}: {exc}") from exc
+    for key in ("max_context", "context_length", "max_total_num_tokens"):
+        if isinstance(info.get(key), int) and info[key] > 0:
+            return info[key]
+    raise RouterError(502, f"engine {engine.base_url} does not report its context limit; set router max_context")
+
+
+def _version_number(version) -> int:
+    try:
+        return int(version)
+    except (TypeError, ValueError):
+        return UNVERSIONED
+
+
+def _finish_reason(turn: Turn) -> str:
+    if turn.message.tool_calls:
+        return "tool_calls"
+    return "stop" if turn.finish_reason == "stop" else "length"

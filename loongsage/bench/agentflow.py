@@ -1,0 +1,174 @@
+"""Router overhead per turn: multi-turn chats through the AgentFlow router vs the same token ids
+sent straight to the engine's `/generate`.
+
+    python -m loongsage.bench agentflow [--model tiny] [--conversations 32] [--turns 3] [--max-tokens 64]
+
+The engine runs in its own process (as a Ray actor or an SGLang server would), the router on a
+thread of this one. All conversations run at once, each turn after the previous one, as agents do. Every turn asks
+for a fixed number of tokens with EOS ignored and a per-turn sampling seed, so both paths do
+exactly the same work: the direct path replays, turn by turn, the prompt ids the router built,
+and its outputs are checked to be the router's. Both sides post JSON with httpx (the router's
+side as an OpenAI chat completion, the engine's as `/generate`), the engine's prompt cache is
+flushed before every pass, and passes alternate (direct, router, direct, router, ...) after one
+warm-up pass through the router, whose ids the direct passes replay.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import statistics
+import threading
+import time
+
+import httpx
+
+from loongsage.agentflow.router import Router, RouterConfig, RouterServer
+from loongsage.inference.client import EngineClient
+from loongsage.inference.embedded.engine import Engine
+from loongsage.inference.embedded.server import EmbeddedServer
+from loongsage.models import load_tokenizer, resolve_model_path
+
+ENGINE_START_TIMEOUT_S = 300
+TOPICS = ["the weather", "prime numbers", "a cat", "the moon", "rivers", "music", "bread", "trains"]
+
+
+def main(argv: list[str]) -> int:
+    args = _parse(argv)
+    model_path = resolve_model_path(args.model)
+    engine_cfg = {"max_running": args.conversations, "max_context": 2048, "num_threads": args.threads or None}
+    engine, engine_url = _start_engine_process(model_path, engine_cfg)
+    router = Router(RouterConfig(model=str(model_path), engine_urls=(engine_url,), served_model_names=("bench",)),
+                    tokenizer=load_tokenizer(model_path))
+    server = RouterServer(router)
+    server.start()
+    engine_client = EngineClient(engine_url)
+    print(f"model={args.model} conversations={args.conversations} turns={args.turns} "
+          f"max_tokens={args.max_tokens} engine threads={args.threads or 'default'}")
+    try:
+        bench = Bench(args, server, engine_client)
+        asyncio.run(bench.through_router("warmup"))
+        turns = bench.recorded_turns("warmup")
+        router_s, direct_s, inside_s = [], [], []
+        for round_index in range(args.rounds):
+            direct_s += asyncio.run(bench.direct(turns))
+            router_s += asyncio.run(bench.through_router(f"r{round_index}"))
+            bench.check_same_outputs(turns, f"r{round_index}")
+            inside_s += bench.engine_seconds(f"r{round_index}")
+    finally:
+        engine_client.close()
+        server.stop()
+        engine.terminate()
+        engine.join()
+    _report("engine /generate", direct_s)
+    _report("through router", router_s)
+    _report("  of which engine", inside_s)
+    added = statistics.mean(r - e for r, e in zip(router_s, inside_s))
+    print(f"router's own time per turn: {added * 1e3:.1f} ms "
+          f"({100 * added / statistics.mean(inside_s):.1f}% of the engine time of the same turns)")
+    ratio = statistics.mean(router_s) / statistics.mean(direct_s)
+    print(f"ratio (router / engine, alternating passes): {ratio:.3f}x  (added latency {100 * (ratio - 1):+.1f}%)")
+    return 0
+
+
+def _report(name: str, seconds: list[float]) -> None:
+    print(f"{name:18s}: {statistics.mean(seconds) * 1e3:8.1f} ms per turn "
+          f"(median {statistics.median(seconds) * 1e3:.1f}, {len(seconds)} turns)")
+
+
+def _start_engine_process(model_path, engine_cfg: dict):
+    """The engine in its own process, as deployments run it (a Ray actor or an SGLang server),
+    so the engine's threads and the router's do not share one interpreter lock."""
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    process = context.Process(target=_serve_engine, args=(str(model_path), engine_cfg, child), daemon=True)
+    process.start()
+    if not parent.poll(ENGINE_START_TIMEOUT_S):
+        process.terminate()
+        raise RuntimeError(f"the engine process did not start within {ENGINE_START_TIMEOUT_S} s")
+    return process, parent.recv()
+
+
+def _serve_engine(model_path: str, engine_cfg: dict, conn) -> None:
+    server = EmbeddedServer(Engine(model_path, engine_cfg))
+    conn.send(server.start())
+    threading.Event().wait()  # until terminated
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m loongsage.bench agentflow", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--conversations", type=int, default=32)
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=2, help="timed passes each way")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="the engine's torch threads (default 1: on a small machine the router and the "
+                             "agents need a core too; 0 = torch default)")
+    return parser.parse_args(argv)
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, server: RouterServer, engine: EngineClient):
+        self.args, self.server, self.engine = args, server, engine
+        self.router = server.router
+
+    def _seed(self, conversation: int, turn: int) -> int:
+        return 1000 * conversation + turn
+
+    async def through_router(self, tag: str) -> list[float]:
+        self.engine.flush_cache()
+        headers = {"Authorization": f"Bearer {self.router.api_key}"}
+        limits = httpx.Limits(max_connections=None)
+        async with httpx.AsyncClient(headers=headers, limits=limits, timeout=600) as client:
+            per_conversation = await asyncio.gather(*(self._chat(client, tag, c) for c in range(self.args.conversations)))
+        return [s for seconds in per_conversation for s in seconds]
+
+    async def _chat(self, client: httpx.AsyncClient, tag: str, conversation: int) -> list[float]:
+        url = f"{self.server.url_for(f'{tag}-{conversation}')}/chat/completions"
+        messages = [{"role": "user", "content": f"Tell me about {TOPICS[conversation % len(TOPICS)]}."}]
+        seconds = []
+        for turn in range(self.args.turns):
+            body = {"model": "bench", "messages": messages, "max_tokens": self.args.max_tokens, "temperature": 1.0,
+                    "ignore_eos": True, "seed": self._seed(conversation, turn)}
+            start = time.perf_counter()
+            response = await client.post(url, json=body)
+            seconds.append(time.perf_counter() - start)
+            response.raise_for_status()
+            messages += [response.json()["choices"][0]["message"], {"role": "user", "content": f"And then? ({turn})"}]
+        return seconds
+
+    def recorded_turns(self, tag: str) -> list[list[tuple[list[int], list[int]]]]:
+        """Per conversation, the (prompt ids, output ids) of each turn as the router recorded them."""
+        conversations = []
+        for conversation in range(self.args.conversations):
+            (branch,) = self.router.store.get(f"{tag}-{conversation}").branches
+            conversations.append([(t.prompt_ids, t.output_ids) for t in branch.turns])
+        return conversations
+
+    def engine_seconds(self, tag: str) -> list[float]:
+        """Per turn, in the order `through_router` returns its latencies: the router's wait on the engine."""
+        return [t.engine_seconds for c in range(self.args.conversations)
+                for t in self.router.store.get(f"{tag}-{c}").branches[0].turns]
+
+    async def direct(self, turns: list[list[tuple[list[int], list[int]]]]) -> list[float]:
+        self.engine.flush_cache()
+        per_conversation = await asyncio.gather(*(self._replay(c, chat) for c, chat in enumerate(turns)))
+        return [s for seconds in per_conversation for s in seconds]
+
+    async def _replay(self, conversation: int, chat: list[tuple[list[int], list[int]]]) -> list[float]:
+        seconds = []
+        for turn, (prompt_ids, output_ids) in enumerate(chat):
+            params = {"temperature": 1.0, "max_new_tokens": self.args.max_tokens, "ignore_eos": True,
+                      "sampling_seed": self._seed(conversation, turn)}
+            start = time.perf_counter()
+            out = await self.engine.agenerate(input_ids=prompt_ids, sampling_params=params, return_logprob=True)
+            seconds.append(time.perf_counter() - start)
+            if out["output_ids"] != output_ids:
+                raise RuntimeError(f"conversation {conversation} turn {turn}: the engine sampled other ids directly "
+                                   "than through the router; the comparison would not be like for like")
+        return seconds
+
+    def check_same_outputs(self, turns, tag: str) -> None:
+        if self.recorded_turns(tag) != turns:
+            raise RuntimeError(f"pass {tag} through the router sampled other ids than the warm-up pass")

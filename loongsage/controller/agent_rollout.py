@@ -1,0 +1,103 @@
+"""Agent rollouts: every data item becomes `group_size` agent episodes, each in a fresh
+sandbox, talking to the engines through the AgentFlow router; the router's recorded
+trajectories (token in, token out) become the training samples.
+
+The same two methods as SyncRolloutSource, so the controller's loop does not change.
+"""
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
+from typing import Any
+
+from loongsage.agentflow.agents import AgentResult, AgentTask, Endpoint, build_agent
+from loongsage.agentflow.router import Router, RouterConfig, RouterServer, to_samples
+from loongsage.agentflow.sandbox import SandboxError, SandboxLimits, create_sandbox
+from loongsage.config import Config
+from loongsage.controller.prompts import PromptStream
+from loongsage.controller.rollout import RolloutGroup
+from loongsage.sample import Sample
+from loongsage.tasks.registry import get_episode_reward
+from loongsage.tasks.scoring import score_safely
+
+log = logging.getLogger(__name__)
+
+
+class AgentRolloutSource:
+    def __init__(self, cfg: Config, prompts: PromptStream, rollout: RolloutGroup, model_path: str):
+        self.cfg = cfg
+        self.prompts = prompts
+        self.agent = build_agent(cfg.agent.name, dict(cfg.agent.options))
+        self.reward = get_episode_reward(cfg.data.reward)
+        try:
+            self.limits = SandboxLimits(**dict(cfg.agent.sandbox_limits))
+        except (TypeError, SandboxError) as exc:
+            raise ValueError(f"agent.sandbox_limits={dict(cfg.agent.sandbox_limits)}: {exc}") from None
+        router = Router(RouterConfig(
+            model=model_path, engine_urls=tuple(rollout.urls), served_model_names=(cfg.model.name,),
+            chat_format=cfg.agent.chat_format, max_context=cfg.rollout.max_context,
+            request_timeout_s=cfg.rollout.request_timeout_s))
+        self.server = RouterServer(router)
+        self.server.start()
+        self.pool = ThreadPoolExecutor(cfg.agent.max_concurrent, thread_name_prefix="agent-episode")
+
+    def next_batch(self, step: int) -> list[Sample]:
+        items = self.prompts.take_items(self.cfg.rollout.prompts_per_step)
+        futures = [self.pool.submit(self._episode, step, group, member, item)
+                   for group, item in enumerate(items) for member in range(self.cfg.rollout.group_size)]
+        return [sample for future in futures for sample in future.result()]
+
+    def on_weights_updated(self, version: int) -> None:
+        """Nothing is in flight between steps in synchronous mode."""
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        self.server.stop()
+
+    def _episode(self, step: int, group: int, member: int, item: dict) -> list[Sample]:
+        trajectory_id = f"step{step}-g{group}-m{member}"
+        result = self._run_agent(trajectory_id, item)
+        reward, info, error = self._score(item, result)
+        trajectory = self.server.router.store.pop(trajectory_id)
+        samples = to_samples(trajectory, mode=self.cfg.agent.export) if trajectory is not None else []
+        if not samples:
+            log.warning("episode %s left no trajectory (%s: %s)", trajectory_id, result.exit_status, result.error)
+        for sample in samples:
+            sample.reward, sample.group_id, sample.label = reward, group, str(item["label"])
+            sample.prompt_text = _prompt_text(item)
+            sample.metadata.update(exit_status=result.exit_status, turns=result.turns, reward_info=info,
+                                   agent_log=result.log[-8:])
+            if error is not None:
+                sample.metadata["reward_error"] = error
+        return samples
+
+    def _run_agent(self, trajectory_id: str, item: dict) -> AgentResult:
+        task = item.get("task")
+        workspace = (create_sandbox(task.files, self.cfg.agent.sandbox, self.limits)
+                     if task is not None and getattr(task, "files", None) is not None else nullcontext(None))
+        endpoint = Endpoint(self.server.url_for(trajectory_id), self.server.router.api_key, self.cfg.model.name)
+        try:
+            with workspace as sandbox:
+                return self.agent.run(AgentTask(str(item["id"]), _prompt_text(item), sandbox), endpoint)
+        except Exception as exc:  # one broken episode costs its reward, not the run
+            log.exception("agent episode %s failed", trajectory_id)
+            return AgentResult(exit_status="error", error=f"{type(exc).__name__}: {exc}")
+
+    def _score(self, item: dict, result: AgentResult) -> tuple[float, dict[str, Any], str | None]:
+        info: dict[str, Any] = {}
+
+        def reward_of_episode(_response: str, _label: str) -> float:
+            value, details = self.reward(item, result)
+            info.update(details)
+            return value
+
+        reward, error = score_safely(reward_of_episode, result.patch, str(item["label"]))
+        return reward, info, error
+
+
+def _prompt_text(item: dict) -> str:
+    prompt = item["prompt"]
+    if isinstance(prompt, str):
+        return prompt
+    return "\n\n".join(str(m.get("content", "")) for m in prompt if m.get("role") == "user")
