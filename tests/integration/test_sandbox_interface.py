@@ -77,7 +77,8 @@ def _reachable_by_others(path: str) -> bool:
 
 
 def test_framework_python_and_pytest_run_inside(sandbox):
-    if sandbox.backend == "local" and sandbox.uid is not None and not _reachable_by_others(sys.executable):
+    # realpath: a venv's python is a symlink into the base installation, which may be root-only.
+    if sandbox.backend == "local" and sandbox.uid is not None and not _reachable_by_others(os.path.realpath(sys.executable)):
         pytest.skip("local sandboxes run as their own uid, which cannot reach this Python under a root-only home")
     result = sandbox.exec("python -m pytest -q -p no:cacheprovider tests", env={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
     assert result.exit_code == 1 and "assert -1 == 5" in result.stdout, result.stdout + result.stderr
