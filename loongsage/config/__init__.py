@@ -4,6 +4,7 @@ from loongsage.config.schema import (
     AlgorithmConfig,
     Config,
     DataConfig,
+    DataMixEntry,
     LoggingConfig,
     ModelConfig,
     RolloutConfig,
@@ -13,6 +14,6 @@ from loongsage.config.schema import (
 from loongsage.config.store import register, to_config
 
 __all__ = [
-    "AgentConfig", "AlgorithmConfig", "Config", "ConfigError", "DataConfig", "LoggingConfig", "ModelConfig",
+    "AgentConfig", "AlgorithmConfig", "Config", "ConfigError", "DataConfig", "DataMixEntry", "LoggingConfig", "ModelConfig",
     "RolloutConfig", "RunConfig", "TrainerConfig", "check", "register", "to_config",
 ]

@@ -23,7 +23,7 @@ class ConfigError(ValueError):
 
 
 def check(cfg: Config) -> None:
-    problems = [*_choice_problems(cfg), *_range_problems(cfg), *_batch_problems(cfg)]
+    problems = [*_choice_problems(cfg), *_range_problems(cfg), *_batch_problems(cfg), *_mix_problems(cfg)]
     if problems:
         raise ConfigError("invalid config:\n" + "\n".join(f"  - {p}" for p in problems))
 
@@ -88,4 +88,37 @@ def _batch_problems(cfg: Config) -> list[str]:
             f"must be divisible by trainer.world_size * trainer.mini_batches * trainer.micro_batch_size = "
             f"{t.world_size} * {t.mini_batches} * {t.micro_batch_size} = {per_minibatch}"
         )
+    return problems
+
+
+def _mix_problems(cfg: Config) -> list[str]:
+    mix = cfg.data.mix
+    if not mix:
+        return []
+    problems = []
+    if not cfg.agent.name:
+        problems.append("data.mix needs agent runs: set agent.name (an entry may use agent: chat for single completions)")
+    names = [entry.name for entry in mix]
+    for index, entry in enumerate(mix):
+        where = f"data.mix[{index}]"
+        if not entry.name:
+            problems.append(f"{where}.name is empty: each mixed source needs a name (metrics and checkpoints use it)")
+        elif names.count(entry.name) > 1:
+            problems.append(f"{where}.name={entry.name!r} is used by more than one entry")
+        if not entry.source:
+            problems.append(f"{where}.source is empty")
+        if entry.weight <= 0:
+            problems.append(f"{where}.weight={entry.weight} must be > 0")
+    if problems:
+        return problems
+    total = sum(entry.weight for entry in mix)
+    prompts = cfg.rollout.prompts_per_step
+    for index, entry in enumerate(mix):
+        share = prompts * entry.weight / total
+        if abs(share - round(share)) > 1e-9 or round(share) == 0:
+            problems.append(
+                f"data.mix[{index}] ({entry.name}): rollout.prompts_per_step * weight / total weight = "
+                f"{prompts} * {entry.weight:g} / {total:g} = {share:g} prompts per step; it must be a whole number >= 1 "
+                f"so that every batch holds the configured proportions"
+            )
     return problems

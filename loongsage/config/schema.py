@@ -65,6 +65,24 @@ class AlgorithmConfig:
 
 
 @dataclass
+class DataMixEntry:
+    """One data source of a mixture: its items, reward, agent and share of every batch."""
+
+    name: str = ""
+    source: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    # An episode reward (swe, math, or `pkg.module:fn`); empty: data.reward.
+    reward: str = ""
+    # Relative share of rollout.prompts_per_step; every batch holds exactly these proportions.
+    weight: float = 1.0
+    # Empty: agent.name. `chat` is a single completion (answer = the reply).
+    agent: str = ""
+    # Merged over agent.options (sampling settings such as temperature and max_tokens live here).
+    agent_options: dict[str, Any] = field(default_factory=dict)
+    system_prompt: Optional[str] = None
+
+
+@dataclass
 class DataConfig:
     # A registered data source name or an import path `pkg.module:factory`.
     source: str = "synthetic_arithmetic"
@@ -74,6 +92,9 @@ class DataConfig:
     shuffle: bool = True
     system_prompt: Optional[str] = None
     num_reward_workers: int = 1
+    # Several sources in fixed proportions (agent runs only); when set, it replaces source,
+    # options and system_prompt above.
+    mix: list[DataMixEntry] = field(default_factory=list)
 
 
 @dataclass

@@ -9,27 +9,28 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, Callable
 
-from loongsage.agentflow.agents import AgentResult, AgentTask, Endpoint, build_agent
+from loongsage.agentflow.agents import Agent, AgentResult, AgentTask, Endpoint, build_agent
 from loongsage.agentflow.router import Router, RouterConfig, RouterServer, to_samples
 from loongsage.agentflow.sandbox import SandboxError, SandboxLimits, create_sandbox
 from loongsage.config import Config
-from loongsage.controller.prompts import PromptStream
+from loongsage.controller.prompts import MixedPromptStream, PromptStream
 from loongsage.controller.rollout import RolloutGroup
 from loongsage.sample import Sample
 from loongsage.tasks.registry import get_episode_reward
 from loongsage.tasks.scoring import score_safely
 
 log = logging.getLogger(__name__)
+EpisodeReward = Callable[[dict, AgentResult], tuple[float, dict]]
 
 
 class AgentRolloutSource:
-    def __init__(self, cfg: Config, prompts: PromptStream, rollout: RolloutGroup, model_path: str):
+    def __init__(self, cfg: Config, prompts: PromptStream | MixedPromptStream, rollout: RolloutGroup, model_path: str):
         self.cfg = cfg
         self.prompts = prompts
-        self.agent = build_agent(cfg.agent.name, dict(cfg.agent.options))
-        self.reward = get_episode_reward(cfg.data.reward)
+        # Per data source (one unnamed source unless data.mix): its agent and its reward.
+        self.agents, self.rewards = _agents_and_rewards(cfg)
         try:
             self.limits = SandboxLimits(**dict(cfg.agent.sandbox_limits))
         except (TypeError, SandboxError) as exc:
@@ -43,9 +44,9 @@ class AgentRolloutSource:
         self.pool = ThreadPoolExecutor(cfg.agent.max_concurrent, thread_name_prefix="agent-episode")
 
     def next_batch(self, step: int) -> list[Sample]:
-        items = self.prompts.take_items(self.cfg.rollout.prompts_per_step)
-        futures = [self.pool.submit(self._episode, step, group, member, item)
-                   for group, item in enumerate(items) for member in range(self.cfg.rollout.group_size)]
+        items = self.prompts.take_tagged(self.cfg.rollout.prompts_per_step)
+        futures = [self.pool.submit(self._episode, step, group, member, source, item)
+                   for group, (source, item) in enumerate(items) for member in range(self.cfg.rollout.group_size)]
         return [sample for future in futures for sample in future.result()]
 
     def on_weights_updated(self, version: int) -> None:
@@ -55,10 +56,10 @@ class AgentRolloutSource:
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.server.stop()
 
-    def _episode(self, step: int, group: int, member: int, item: dict) -> list[Sample]:
+    def _episode(self, step: int, group: int, member: int, source: str, item: dict) -> list[Sample]:
         trajectory_id = f"step{step}-g{group}-m{member}"
-        result = self._run_agent(trajectory_id, item)
-        reward, info, error = self._score(item, result)
+        result = self._run_agent(self.agents[source], trajectory_id, item)
+        reward, info, error = _score(self.rewards[source], item, result)
         trajectory = self.server.router.store.pop(trajectory_id)
         samples = to_samples(trajectory, mode=self.cfg.agent.export) if trajectory is not None else []
         if not samples:
@@ -67,33 +68,46 @@ class AgentRolloutSource:
             sample.reward, sample.group_id, sample.label = reward, group, str(item["label"])
             sample.prompt_text = _prompt_text(item)
             sample.metadata.update(exit_status=result.exit_status, turns=result.turns, reward_info=info,
-                                   agent_log=result.log[-8:])
+                                   agent_log=result.log[-8:], source=source)
             if error is not None:
                 sample.metadata["reward_error"] = error
         return samples
 
-    def _run_agent(self, trajectory_id: str, item: dict) -> AgentResult:
+    def _run_agent(self, agent: Agent, trajectory_id: str, item: dict) -> AgentResult:
         task = item.get("task")
         workspace = (create_sandbox(task.files, self.cfg.agent.sandbox, self.limits)
                      if task is not None and getattr(task, "files", None) is not None else nullcontext(None))
         endpoint = Endpoint(self.server.url_for(trajectory_id), self.server.router.api_key, self.cfg.model.name)
         try:
             with workspace as sandbox:
-                return self.agent.run(AgentTask(str(item["id"]), _prompt_text(item), sandbox), endpoint)
+                return agent.run(AgentTask(str(item["id"]), _prompt_text(item), sandbox), endpoint)
         except Exception as exc:  # one broken episode costs its reward, not the run
             log.exception("agent episode %s failed", trajectory_id)
             return AgentResult(exit_status="error", error=f"{type(exc).__name__}: {exc}")
 
-    def _score(self, item: dict, result: AgentResult) -> tuple[float, dict[str, Any], str | None]:
-        info: dict[str, Any] = {}
+def _agents_and_rewards(cfg: Config) -> tuple[dict[str, Agent], dict[str, EpisodeReward]]:
+    if not cfg.data.mix:
+        return ({"": build_agent(cfg.agent.name, dict(cfg.agent.options))},
+                {"": get_episode_reward(cfg.data.reward)})
+    agents, rewards = {}, {}
+    for entry in cfg.data.mix:
+        agent_name = entry.agent or cfg.agent.name
+        options = dict(entry.agent_options) if entry.agent else {**cfg.agent.options, **entry.agent_options}
+        agents[entry.name] = build_agent(agent_name, options)
+        rewards[entry.name] = get_episode_reward(entry.reward or cfg.data.reward)
+    return agents, rewards
 
-        def reward_of_episode(_response: str, _label: str) -> float:
-            value, details = self.reward(item, result)
-            info.update(details)
-            return value
 
-        reward, error = score_safely(reward_of_episode, result.patch, str(item["label"]))
-        return reward, info, error
+def _score(reward: EpisodeReward, item: dict, result: AgentResult) -> tuple[float, dict[str, Any], str | None]:
+    info: dict[str, Any] = {}
+
+    def reward_of_episode(_response: str, _label: str) -> float:
+        value, details = reward(item, result)
+        info.update(details)
+        return value
+
+    value, error = score_safely(reward_of_episode, result.patch, str(item["label"]))
+    return value, info, error
 
 
 def _prompt_text(item: dict) -> str:

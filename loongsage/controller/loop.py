@@ -12,7 +12,7 @@ from loongsage.controller.agent_rollout import AgentRolloutSource
 from loongsage.controller.checkpoint import latest_checkpoint, load_controller_state, save_checkpoint
 from loongsage.controller.metrics import rollout_metrics
 from loongsage.controller.monitor import Monitor
-from loongsage.controller.prompts import PromptStream
+from loongsage.controller.prompts import prompt_stream
 from loongsage.controller.rewards import RewardPool
 from loongsage.controller.rollout import RolloutGroup
 from loongsage.controller.sync_rollout import SyncRolloutSource
@@ -26,7 +26,7 @@ class Controller:
         self.cfg = cfg
         self.run_dir = run_dir
         model_path = str(resolve_model_path(cfg.model.name))
-        self.prompts = PromptStream(cfg.data, load_tokenizer(model_path), cfg.run.seed)
+        self.prompts = prompt_stream(cfg.data, load_tokenizer(model_path), cfg.run.seed)
         self.rollout = RolloutGroup(cfg.rollout, model_path)
         self.trainer = TrainGroup(model_path, cfg.trainer, cfg.algorithm, cfg.run.seed)
         self.source = self._rollout_source(model_path)

@@ -22,7 +22,21 @@ def rollout_metrics(samples: list[Sample]) -> dict[str, float]:
         "rollout/reward_errors": float(sum("reward_error" in s.metadata for s in samples)),
         "rollout/samples": float(len(samples)),
         **_agent_metrics(samples),
+        **_per_source_metrics(samples),
     }
+
+
+def _per_source_metrics(samples: list[Sample]) -> dict[str, float]:
+    """Under data.mix: each source's reward and how many samples it gave."""
+    by_source: dict[str, list[float]] = {}
+    for sample in samples:
+        if sample.metadata.get("source"):
+            by_source.setdefault(sample.metadata["source"], []).append(sample.reward)
+    metrics = {}
+    for source, rewards in by_source.items():
+        metrics[f"rollout/reward_mean/{source}"] = statistics.fmean(rewards)
+        metrics[f"rollout/samples/{source}"] = float(len(rewards))
+    return metrics
 
 
 def _agent_metrics(samples: list[Sample]) -> dict[str, float]:

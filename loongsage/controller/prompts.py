@@ -5,7 +5,7 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from loongsage.config import DataConfig
+from loongsage.config import DataConfig, DataMixEntry
 from loongsage.tasks.registry import get_data_source
 
 
@@ -50,6 +50,10 @@ class PromptStream:
             self.index += 1
         return items
 
+    def take_tagged(self, count: int) -> list[tuple[str, dict]]:
+        """`take_items` with the (empty) name of the one source each item came from."""
+        return [("", item) for item in self.take_items(count)]
+
     def state_dict(self) -> dict:
         return {"epoch": self.epoch, "index": self.index}
 
@@ -70,6 +74,39 @@ class PromptStream:
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         token_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         return Prompt(str(item["id"]), messages, str(item["label"]), token_ids, text)
+
+
+class MixedPromptStream:
+    """Several sources (`data.mix`), each giving its fixed share of every batch; the config
+    rules guarantee the shares are whole numbers."""
+
+    def __init__(self, cfg: DataConfig, tokenizer, seed: int):
+        total = sum(entry.weight for entry in cfg.mix)
+        self.shares = {entry.name: entry.weight / total for entry in cfg.mix}
+        self.streams = {entry.name: PromptStream(_entry_config(cfg, entry), tokenizer, seed) for entry in cfg.mix}
+
+    def take_tagged(self, count: int) -> list[tuple[str, dict]]:
+        return [(name, item) for name, stream in self.streams.items()
+                for item in stream.take_items(round(count * self.shares[name]))]
+
+    def state_dict(self) -> dict:
+        return {name: stream.state_dict() for name, stream in self.streams.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        missing = sorted(set(self.streams) - set(state))
+        if missing:
+            raise ValueError(f"the checkpoint has no data position for data.mix entries {missing}")
+        for name, stream in self.streams.items():
+            stream.load_state_dict(state[name])
+
+
+def prompt_stream(cfg: DataConfig, tokenizer, seed: int) -> PromptStream | MixedPromptStream:
+    return MixedPromptStream(cfg, tokenizer, seed) if cfg.mix else PromptStream(cfg, tokenizer, seed)
+
+
+def _entry_config(cfg: DataConfig, entry: DataMixEntry) -> DataConfig:
+    return DataConfig(source=entry.source, options=dict(entry.options), reward=entry.reward or cfg.reward,
+                      shuffle=cfg.shuffle, system_prompt=entry.system_prompt)
 
 
 def _load_items(cfg: DataConfig) -> Sequence[dict]:

@@ -31,3 +31,15 @@ def test_agentic_recipe_runs_episodes_and_trains_on_them(recipe, agent_overrides
     easy = {t.instance_id for t in load_tasks(BUNDLED_TASKS_PATH) if t.difficulty == "easy"}
     rollouts = (tmp_path / "rollouts.jsonl").read_text()
     assert any(instance_id in rollouts for instance_id in easy)
+
+
+def test_mixed_sources_keep_their_share_of_every_batch(tmp_path):
+    result = launch("recipe=agentic_mix", *TINY[:2], "rollout.prompts_per_step=2", "rollout.group_size=2",
+                    "agent.options.max_turns=1", "agent.options.max_tokens=8",
+                    "data.mix.1.agent_options.max_tokens=8", f"run.dir={tmp_path}", timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    logged = scalars(tmp_path)
+    assert logged["agent/episodes"] == {1: 4.0, 2: 4.0}
+    assert logged["rollout/samples/swe"] == {1: 2.0, 2: 2.0}
+    assert logged["rollout/samples/arithmetic"] == {1: 2.0, 2: 2.0}
+    assert set(logged["rollout/reward_mean/arithmetic"]) == {1, 2}

@@ -5,11 +5,12 @@ from typing import Any
 
 from loongsage.agentflow.agents.base import Agent
 from loongsage.agentflow.agents.blackbox import BlackBoxAgent
+from loongsage.agentflow.agents.chat_agent import ChatAgent
 from loongsage.agentflow.agents.miniswe import mini_swe_agent
 from loongsage.agentflow.agents.tool_agent import ToolAgent
 from loongsage.registry import resolve
 
-AGENTS = {"tool": ToolAgent, "blackbox": BlackBoxAgent, "mini_swe_agent": mini_swe_agent}
+AGENTS = {"chat": ChatAgent, "tool": ToolAgent, "blackbox": BlackBoxAgent, "mini_swe_agent": mini_swe_agent}
 
 
 def build_agent(name_or_path: str, options: dict[str, Any] | None = None) -> Agent:
