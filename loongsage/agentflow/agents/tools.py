@@ -32,6 +32,7 @@ TOOL_SCHEMAS = [
         "parameters": {"type": "object", "properties": {"answer": {"type": "string"}}}}},
 ]
 TOOL_NAMES = tuple(schema["function"]["name"] for schema in TOOL_SCHEMAS)
+REQUIRED_ARGUMENTS = {s["function"]["name"]: s["function"]["parameters"].get("required", []) for s in TOOL_SCHEMAS}
 
 
 @dataclass
@@ -64,8 +65,7 @@ def run_tool(name: str, raw_arguments: str, sandbox: Sandbox | None, command_tim
         return ToolOutcome("submitted", submitted=True, answer=None if answer is None else str(answer))
     if sandbox is None:
         return ToolOutcome(f"error: {name} needs a workspace and this task has none")
-    required = next(s["function"]["parameters"]["required"] for s in TOOL_SCHEMAS if s["function"]["name"] == name)
-    missing = [key for key in required if not isinstance(arguments.get(key), str)]
+    missing = [key for key in REQUIRED_ARGUMENTS[name] if not isinstance(arguments.get(key), str)]
     if missing:
         return ToolOutcome(f"error: {name} needs string argument(s) {', '.join(missing)}")
     try:
