@@ -118,6 +118,18 @@ class AgentConfig:
 
 
 @dataclass
+class WarmStartConfig:
+    # Supervised steps on demonstrations before RL: the data source's items carry a
+    # "demonstration" (tool calls, e.g. a SWE task's gold patch as str_replace + submit) that the
+    # run's agent replays in a sandbox and the router records as if sampled. Empty: no warm start.
+    source: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    epochs: int = 1
+    batch_size: int = 8
+    lr: float = 5e-5
+
+
+@dataclass
 class LoggingConfig:
     tensorboard: bool = True
     # How many sampled rollouts per step go into rollouts.jsonl for inspection.
@@ -145,5 +157,6 @@ class Config:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     data: DataConfig = field(default_factory=DataConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     run: RunConfig = field(default_factory=RunConfig)

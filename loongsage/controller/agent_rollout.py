@@ -49,6 +49,25 @@ class AgentRolloutSource:
                    for group, (source, item) in enumerate(items) for member in range(self.cfg.rollout.group_size)]
         return [sample for future in futures for sample in future.result()]
 
+    def demonstrations(self, items: list[dict]) -> list[Sample]:
+        """Training samples of the items' demonstrations, replayed by the (first) agent in fresh
+        sandboxes and recorded by the router exactly as a rollout of them would be."""
+        agent = next(iter(self.agents.values()))
+        if not hasattr(agent, "demonstration"):
+            raise ValueError(f"warm_start: agent {self.cfg.agent.name!r} cannot replay demonstrations (the tool agent can)")
+        samples: list[Sample] = []
+        for item in items:
+            calls = item.get("demonstration")
+            if not calls:
+                raise ValueError(f"warm_start: item {item.get('id')!r} carries no demonstration")
+            task = item.get("task")
+            workspace = create_sandbox(task.files, self.cfg.agent.sandbox, self.limits) if task is not None else nullcontext(None)
+            with workspace as sandbox:
+                body = agent.demonstration(AgentTask(str(item["id"]), _prompt_text(item), sandbox), calls)
+            trajectory = self.server.router.demonstrate(f"demo-{item['id']}", body)
+            samples.extend(to_samples(trajectory, mode=self.cfg.agent.export))
+        return samples
+
     def on_weights_updated(self, version: int) -> None:
         """Nothing is in flight between steps in synchronous mode."""
 

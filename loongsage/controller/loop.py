@@ -16,8 +16,10 @@ from loongsage.controller.prompts import prompt_stream
 from loongsage.controller.rewards import RewardPool
 from loongsage.controller.rollout import RolloutGroup
 from loongsage.controller.sync_rollout import SyncRolloutSource
+from loongsage.controller.warm_start import warm_start
 from loongsage.models import load_tokenizer, resolve_model_path
 from loongsage.sample import Sample
+from loongsage.tasks.registry import get_data_source
 from loongsage.training.group import TrainGroup
 
 
@@ -37,6 +39,8 @@ class Controller:
     def run(self) -> None:
         monitor = Monitor(self.cfg.logging, self.run_dir, self.cfg.run.steps, self.step)
         try:
+            if self.step == 0 and self.cfg.warm_start.source:
+                self._warm_start(monitor)
             while self.step < self.cfg.run.steps:
                 self.step += 1
                 samples, metrics = self._one_step()
@@ -57,6 +61,17 @@ class Controller:
             return AgentRolloutSource(self.cfg, self.prompts, self.rollout, model_path)
         rewards = RewardPool(self.cfg.data.reward, self.cfg.data.num_reward_workers)
         return SyncRolloutSource(self.cfg.rollout, self.prompts, self.rollout, rewards, self.cfg.run.seed)
+
+    def _warm_start(self, monitor: Monitor) -> None:
+        ws = self.cfg.warm_start
+        samples = self.source.demonstrations(list(get_data_source(ws.source)(**ws.options)))
+        print(f"[loongsage] warm start: {len(samples)} demonstrations from {ws.source}", flush=True)
+
+        def log(update: int, metrics: dict[str, float]) -> None:
+            monitor.scalars(update, {"warm_start/nll": metrics["train/loss"], "warm_start/grad_norm": metrics["train/grad_norm"]})
+
+        warm_start(samples, ws, self.trainer.supervised_step, self.cfg.run.seed, log)
+        self._sync_weights()
 
     def _one_step(self) -> tuple[list[Sample], dict[str, float]]:
         started = time.perf_counter()

@@ -27,13 +27,16 @@ class Monitor:
             self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=start_step + 1)
 
     def log(self, step: int, metrics: dict[str, float], samples: list[Sample]) -> None:
+        self.scalars(step, metrics)
+        self._write_rollouts(step, samples)
+        if self.cfg.progress:
+            print(self._progress_line(step, metrics), file=sys.stderr, flush=True)
+
+    def scalars(self, step: int, metrics: dict[str, float]) -> None:
         if self.writer is not None:
             for tag, value in metrics.items():
                 self.writer.add_scalar(tag, value, step)
             self.writer.flush()
-        self._write_rollouts(step, samples)
-        if self.cfg.progress:
-            print(self._progress_line(step, metrics), file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.writer is not None:

@@ -15,12 +15,13 @@ from loongsage.tasks.math.jsonl import load_gsm8k_jsonl
 from loongsage.tasks.math.reward import answer_reward, math_reward
 from loongsage.tasks.math.synthetic import SyntheticArithmetic
 from loongsage.tasks.swe.reward import episode_reward as swe_episode_reward
-from loongsage.tasks.swe.source import swe_tasks
+from loongsage.tasks.swe.source import swe_synth, swe_tasks
 
 DATA_SOURCES: dict[str, Callable[..., Any]] = {
     "synthetic_arithmetic": SyntheticArithmetic,
     "gsm8k_jsonl": load_gsm8k_jsonl,
     "swe_tasks": swe_tasks,
+    "swe_synth": swe_synth,
 }
 REWARD_FUNCTIONS: dict[str, Callable[[str, str], float]] = {
     "math": math_reward,

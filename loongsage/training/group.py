@@ -35,10 +35,12 @@ class TrainGroup:
         self._call_all("setup", *address)
 
     def train_step(self, samples: list[Sample]) -> dict[str, float]:
-        shards = self._shard(samples)
-        per_rank = self._gather("train_step", [w.train_step.remote(s) for w, s in zip(self.workers, shards)])
+        metrics = self._step_on_shards("train_step", samples)
         self.step += 1
-        return {key: sum(m[key] for m in per_rank) / len(per_rank) for key in per_rank[0]}
+        return metrics
+
+    def supervised_step(self, samples: list[Sample], lr: float) -> dict[str, float]:
+        return self._step_on_shards("supervised_step", samples, lr)
 
     def compute_logprobs(self, samples: list[Sample]) -> list[list[float]]:
         shards = self._shard(samples)
@@ -60,6 +62,12 @@ class TrainGroup:
         for worker in self.workers:
             ray.kill(worker)
         self.workers = []
+
+    def _step_on_shards(self, method: str, samples: list[Sample], *args) -> dict[str, float]:
+        shards = self._shard(samples)
+        refs = [getattr(w, method).remote(s, *args) for w, s in zip(self.workers, shards)]
+        per_rank = self._gather(method, refs)
+        return {key: sum(m[key] for m in per_rank) / len(per_rank) for key in per_rank[0]}
 
     def _shard(self, samples: list[Sample]) -> list[list[Sample]]:
         check_samples(samples)

@@ -21,6 +21,9 @@ class TrainBackend(Protocol):
     def train_step(self, samples: list[Sample]) -> dict[str, float]:
         """One trainer step on this rank's shard; metrics are already global."""
 
+    def supervised_step(self, samples: list[Sample], lr: float) -> dict[str, float]:
+        """One optimizer step on the NLL of the shard's masked tokens (a warm start), at `lr`."""
+
     def compute_logprobs(self, samples: list[Sample]) -> list[list[float]]:
         """Current policy's logprob of every response token of this rank's shard."""
 

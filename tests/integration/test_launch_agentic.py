@@ -14,7 +14,8 @@ TINY = ["model=tiny", "run.steps=2", "rollout.prompts_per_step=1", "rollout.grou
 
 
 @pytest.mark.parametrize("recipe, agent_overrides", [
-    ("agentic_swe", ["agent.options.max_turns=2", "agent.options.max_tokens=16"]),
+    ("agentic_swe", ["agent.options.max_turns=2", "agent.options.max_tokens=16", "warm_start.options.count=4",
+                     "warm_start.batch_size=2", "warm_start.lr=1e-2"]),
     pytest.param("blackbox_swe", ["agent.options.step_limit=1", "agent.options.max_tokens=16"],
                  marks=pytest.mark.skipif(shutil.which("mini") is None, reason="mini-swe-agent is not installed")),
 ])
@@ -28,9 +29,17 @@ def test_agentic_recipe_runs_episodes_and_trains_on_them(recipe, agent_overrides
     assert logged["rollout/reward_mean"] == {1: 0.0, 2: 0.0}
     assert logged["rollout/reward_errors"] == {1: 0.0, 2: 0.0}  # graded, not failed
     assert max(logged["train/mismatch_k3_kl"].values()) < 1e-4  # the trained ids are the sampled ids
-    easy = {t.instance_id for t in load_tasks(BUNDLED_TASKS_PATH) if t.difficulty == "easy"}
     rollouts = (tmp_path / "rollouts.jsonl").read_text()
-    assert any(instance_id in rollouts for instance_id in easy)
+    if recipe == "agentic_swe":
+        # Warm start: 2 epochs of 4 demonstrations in batches of 2, then the weights reach the
+        # engines before the first rollout; RL runs on synthesized tasks of another seed.
+        nll = logged["warm_start/nll"]
+        assert sorted(nll) == [1, 2, 3, 4] and nll[4] < nll[1]
+        assert logged["rollout/weight_version"][1] == 2.0  # warm start, then step 1
+        assert '"label": "synth-0-' in rollouts
+    else:
+        easy = {t.instance_id for t in load_tasks(BUNDLED_TASKS_PATH) if t.difficulty == "easy"}
+        assert any(instance_id in rollouts for instance_id in easy)
 
 
 def test_mixed_sources_keep_their_share_of_every_batch(tmp_path):

@@ -116,3 +116,15 @@ def test_bad_input_file_exits_2_naming_the_line(tmp_path):
     assert done.returncode == 2
     assert done.stderr == f"error: {tasks}:2: field 'problem_statement' is missing\n"
     assert not (tmp_path / "r.json").exists()
+
+
+def test_check_passes_on_synthesized_tasks(tmp_path):
+    """The generator's F2P/P2P ids hold under real pytest in a sandbox, not only in its own eval."""
+    from loongsage.tasks.swe.synth import synth_task
+
+    tasks = [synth_task(11, index) for index in range(6)]
+    path = tmp_path / "synth.jsonl"
+    path.write_text(suite_jsonl(tasks))
+    done = run_cli("check", path, "--workers", "2")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == "6 tasks: 6 ok, 0 with problems"

@@ -134,3 +134,28 @@ def test_bfloat16_with_gradient_checkpointing(make_worker):
     assert {p.dtype for p in worker.model.parameters()} == {torch.bfloat16}
     assert all(value == value for value in metrics.values()), metrics  # no NaN
     assert metrics["train/grad_norm"] > 0
+
+
+def test_supervised_step_lowers_the_nll_of_its_samples_and_leaves_the_rl_schedule_alone(make_worker):
+    worker = make_worker(TrainerConfig(micro_batch_size=2, lr=1e-6, warmup_steps=4))
+    samples = random_samples(4, seed=3)
+    scheduled = worker.optimizer.param_groups[0]["lr"]
+    first = worker.supervised_step(samples, lr=1e-2)
+    for _ in range(3):
+        last = worker.supervised_step(samples, lr=1e-2)
+    assert last["train/loss"] < first["train/loss"] * 0.8  # a nll, fitted at a rate far above the RL one
+    assert first["train/lr"] == 1e-2 and first["train/clip_frac"] == 0.0
+    assert worker.optimizer.param_groups[0]["lr"] == scheduled and worker.step == 0
+    # The nll is the mean over masked tokens of -log p, as an independent forward pass computes it.
+    with torch.no_grad():
+        worker.model.eval()
+        nll, count = 0.0, 0
+        for sample in samples:
+            ids = torch.tensor([sample.prompt_ids + sample.response_ids])
+            logp = torch.log_softmax(worker.model(input_ids=ids).logits[0, :-1], -1)
+            targets = ids[0, 1:]
+            picked = logp[torch.arange(len(targets)), targets][len(sample.prompt_ids) - 1:]
+            mask = torch.tensor(sample.loss_mask, dtype=torch.bool)
+            nll, count = nll - float(picked[mask].sum()), count + int(mask.sum())
+    after = worker.supervised_step(samples, lr=1e-12)
+    assert after["train/loss"] == pytest.approx(nll / count, rel=1e-4)

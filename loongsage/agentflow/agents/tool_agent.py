@@ -6,18 +6,18 @@ any agent would produce.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import openai
 
 from loongsage.agentflow.agents.base import AgentResult, AgentTask, Endpoint
-from loongsage.agentflow.agents.tools import TOOL_SCHEMAS, run_tool, truncate_middle
+from loongsage.agentflow.agents.tools import TOOL_NAMES, TOOL_SCHEMAS, run_tool, truncate_middle
 
 DEFAULT_SYSTEM_PROMPT = (
     "You fix bugs in a Python repository. Use the tools to look at files, edit them and run the tests. "
     "Call submit when the bug is fixed."
 )
-NO_TOOL_CALL_NUDGE = "Call one of the tools (bash, read_file, write_file, str_replace) or submit."
 
 
 @dataclass(frozen=True)
@@ -30,25 +30,31 @@ class ToolAgentConfig:
     temperature: float = 1.0
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     request_timeout_s: float = 600.0
+    tools: tuple[str, ...] = TOOL_NAMES  # the tools the model is offered (submit is always among them)
 
 
 class ToolAgent:
     def __init__(self, config: ToolAgentConfig | None = None, **overrides):
         base = config or ToolAgentConfig()
         self.config = ToolAgentConfig(**{**base.__dict__, **overrides})
+        offered = tuple(dict.fromkeys([*self.config.tools, "submit"]))
+        unknown = [name for name in offered if name not in TOOL_NAMES]
+        if unknown:
+            raise ValueError(f"tool agent option tools: unknown {unknown}; available: {', '.join(TOOL_NAMES)}")
+        self.tool_schemas = [schema for schema in TOOL_SCHEMAS if schema["function"]["name"] in offered]
+        self.nudge = f"Call one of the tools: {', '.join(offered)}."
 
     def run(self, task: AgentTask, endpoint: Endpoint) -> AgentResult:
         cfg = self.config
         client = openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key,
                                timeout=cfg.request_timeout_s, max_retries=0)
-        messages: list[dict] = [{"role": "system", "content": cfg.system_prompt},
-                                {"role": "user", "content": task.prompt}]
+        messages = self._opening(task)
         result = AgentResult(exit_status="max_turns")
         try:
             for turn in range(cfg.max_turns):
                 result.turns = turn + 1
                 response = client.chat.completions.create(
-                    model=endpoint.model, messages=messages, tools=TOOL_SCHEMAS,
+                    model=endpoint.model, messages=messages, tools=self.tool_schemas,
                     max_tokens=cfg.max_tokens, temperature=cfg.temperature)
                 message = response.choices[0].message
                 messages.append(_assistant_message(message))
@@ -66,10 +72,29 @@ class ToolAgent:
             result.patch = task.sandbox.diff()
         return result
 
+    def demonstration(self, task: AgentTask, calls: list[dict]) -> dict:
+        """The chat request an episode ends with when the model makes `calls` ({name, arguments}),
+        one per turn, each run for real in the task's sandbox: what a warm start imitates."""
+        messages = self._opening(task)
+        for number, call in enumerate(calls):
+            arguments = json.dumps(call.get("arguments", {}), ensure_ascii=False)
+            call_id = f"call_demo_{number}"
+            messages.append({"role": "assistant", "content": "", "tool_calls": [
+                {"id": call_id, "type": "function", "function": {"name": call["name"], "arguments": arguments}}]})
+            outcome = run_tool(call["name"], arguments, task.sandbox, self.config.command_timeout_s)
+            if outcome.submitted:
+                break
+            messages.append({"role": "tool", "tool_call_id": call_id,
+                             "content": truncate_middle(outcome.text, self.config.max_tool_output_chars)})
+        return {"messages": messages, "tools": self.tool_schemas}
+
+    def _opening(self, task: AgentTask) -> list[dict]:
+        return [{"role": "system", "content": self.config.system_prompt}, {"role": "user", "content": task.prompt}]
+
     def _finished(self, message, messages: list[dict], task: AgentTask, result: AgentResult) -> bool:
         """Runs the turn's tool calls (appending their results); True once the agent submitted."""
         if not message.tool_calls:
-            messages.append({"role": "user", "content": NO_TOOL_CALL_NUDGE})
+            messages.append({"role": "user", "content": self.nudge})
             return False
         for call in message.tool_calls:
             outcome = run_tool(call.function.name, call.function.arguments, task.sandbox, self.config.command_timeout_s)

@@ -9,11 +9,12 @@ import secrets
 import time
 import uuid
 
-from loongsage.agentflow.router.chat_format import get_chat_format
+from loongsage.agentflow.router.chat_format import assistant_text, get_chat_format
 from loongsage.agentflow.router.config import RouterConfig
 from loongsage.agentflow.router.engines import EnginePool
 from loongsage.agentflow.router.errors import RouterError, bad_request
 from loongsage.agentflow.router.messages import ChatRequest, TurnResult
+from loongsage.agentflow.router.openai_api import parse_chat_completion
 from loongsage.agentflow.router.store import TrajectoryStore
 from loongsage.agentflow.router.trajectory import Trajectory, Turn
 from loongsage.agentflow.router.turns import Generation, make_turn
@@ -67,6 +68,27 @@ class Router:
             branch=branch.index,
             turn=len(branch.turns) - 1,
         )
+
+    def demonstrate(self, trajectory_id: str, body: dict) -> Trajectory:
+        """An OpenAI chat request's assistant messages recorded as if the model had sampled them
+        (each ending on the end-of-turn token), through the same rendering and prompt planning as
+        `complete`: a warm start on demonstrations trains on exactly the tokens a rollout of the
+        same conversation would. Nothing is stored and no engine is called."""
+        _, request = parse_chat_completion({**body, "model": self.model_names[0]}, self.model_names)
+        trajectory = Trajectory(trajectory_id)
+        end_of_turn = self.tokenizer.eos_token_id
+        for index, message in enumerate(request.messages):
+            if message.role != "assistant":
+                continue
+            rendered = self.chat_format.render(trajectory.substitute_replies(request.messages[:index]), request.tools)
+            plan = trajectory.plan(rendered, "demonstration", self._tokenize)
+            text = assistant_text(message) if message.tool_calls else message.content
+            ids = self._tokenize(text) + [end_of_turn]
+            generation = Generation(output_ids=ids, logprobs=[0.0] * len(ids), versions=[UNVERSIONED] * len(ids),
+                                    finish={"type": "stop", "matched": end_of_turn})
+            turn, _ = make_turn(plan, generation, self._decode, self.chat_format.parse_assistant if request.tools else None)
+            trajectory.record(plan, "demonstration", turn)
+        return trajectory
 
     def _tokenize(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)

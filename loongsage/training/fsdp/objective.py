@@ -63,3 +63,15 @@ def micro_objective(
         clip_frac=info["clip_frac"],
         kl=kl.item(),
     )
+
+
+def supervised_objective(logits: Tensor, batch: PackedBatch) -> MicroObjective:
+    """Mean negative log-likelihood of the masked tokens: imitation of demonstrations (a warm
+    start before RL), token-averaged whatever the RL loss aggregation is."""
+    mask = batch.loss_mask
+    logprobs = token_logprobs(logits, batch.targets)
+    nll = -masked_aggregate(logprobs, mask, "token_mean")
+    with torch.no_grad():
+        entropy = masked_aggregate(entropy_from_logits(logits), mask, "token_mean")
+    return MicroObjective(loss=nll, logprobs=logprobs.detach(), pg_loss=nll.item(), entropy=entropy.item(),
+                          clip_frac=0.0, kl=0.0)

@@ -24,7 +24,7 @@ from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
 from loongsage.training.fsdp import checkpoint
 from loongsage.training.fsdp.metrics import StepMetrics
-from loongsage.training.fsdp.objective import micro_objective
+from loongsage.training.fsdp.objective import micro_objective, supervised_objective
 from loongsage.training.fsdp.optim import build_optimizer
 from loongsage.training.fsdp.parallel import (
     clip_grad_norm,
@@ -96,6 +96,21 @@ class TrainWorker:
         self.step += 1
         return sums.reduce(num_minis=len(minis), lr=lr)
 
+    def supervised_step(self, samples: list[Sample], lr: float) -> dict[str, float]:
+        """One optimizer step on the NLL of the samples' masked tokens, at `lr`, outside the RL
+        learning-rate schedule (which neither moves nor counts it)."""
+        micros = [pack_samples(chunk) for chunk in split_micro_batches(samples, self.trainer.micro_batch_size)]
+        sums = StepMetrics(with_kl=False)
+        scheduled = [group["lr"] for group in self.optimizer.param_groups]
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        try:
+            self._optimizer_step(micros, None, None, sums, supervised=True)
+        finally:
+            for group, value in zip(self.optimizer.param_groups, scheduled):
+                group["lr"] = value
+        return sums.reduce(num_minis=1, lr=lr)
+
     @torch.no_grad()
     def compute_logprobs(self, samples: list[Sample]) -> list[list[float]]:
         micros = [pack_samples(chunk) for chunk in split_micro_batches(samples, self.trainer.micro_batch_size)]
@@ -136,16 +151,18 @@ class TrainWorker:
         return transfer.push_weights(named, engine_urls, version, bucket_bytes, self.trainer.weight_sync_transport)
 
     def _optimizer_step(
-        self, micros: list[PackedBatch], olds: list[Tensor] | None, refs: list[Tensor] | None, sums: StepMetrics
+        self, micros: list[PackedBatch], olds: list[Tensor] | None, refs: list[Tensor] | None, sums: StepMetrics,
+        supervised: bool = False,
     ) -> None:
         self.model.train()
-        weights = global_shares(micros, self.algo.loss_aggregation)
+        weights = global_shares(micros, "token_mean" if supervised else self.algo.loss_aggregation)
         token_weights = global_shares(micros, "token_mean")
         for index, micro in enumerate(micros):
             old = olds[index] if olds else None
             with grad_sync(self.model, enabled=index == len(micros) - 1):
                 logits = self._forward(self.model, micro)
-                result = micro_objective(logits, micro, old, refs[index] if refs else None, self.algo)
+                result = (supervised_objective(logits, micro) if supervised
+                          else micro_objective(logits, micro, old, refs[index] if refs else None, self.algo))
                 # Ranks' gradients are averaged, so each rank scales by world_size to end
                 # with the global-batch loss, not the mean of per-rank losses.
                 (result.loss * (weights[index] * dist.get_world_size())).backward()

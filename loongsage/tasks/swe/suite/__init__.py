@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from loongsage.tasks.swe import BUNDLED_TASKS_PATH
+from loongsage.tasks.swe.bundled import BUNDLED_TASKS_PATH
 from loongsage.tasks.swe.instance import SweTask
 from loongsage.tasks.swe.suite import repos_apps, repos_numbers, repos_parsing, repos_structures, repos_text
 from loongsage.tasks.swe.suite.spec import SuiteTask

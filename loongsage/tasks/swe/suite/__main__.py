@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from loongsage.tasks.swe import BUNDLED_TASKS_PATH
+from loongsage.tasks.swe.bundled import BUNDLED_TASKS_PATH
 from loongsage.tasks.swe.suite import write_suite
 
 
