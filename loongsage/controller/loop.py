@@ -41,6 +41,7 @@ class Controller:
         try:
             if self.step == 0 and self.cfg.warm_start.source:
                 self._warm_start(monitor)
+                monitor.start_clock()
             while self.step < self.cfg.run.steps:
                 self.step += 1
                 samples, metrics = self._one_step()

@@ -32,6 +32,10 @@ class Monitor:
         if self.cfg.progress:
             print(self._progress_line(step, metrics), file=sys.stderr, flush=True)
 
+    def start_clock(self) -> None:
+        """ETAs count from here: work before the first step (a warm start) is not a step."""
+        self.started = time.perf_counter()
+
     def scalars(self, step: int, metrics: dict[str, float]) -> None:
         if self.writer is not None:
             for tag, value in metrics.items():

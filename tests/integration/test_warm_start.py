@@ -53,6 +53,21 @@ def test_demonstration_is_recorded_exactly_as_a_rollout_of_the_same_calls(tiny_m
     assert demo.response_ids == rollout.response_ids
     assert demo.loss_mask == rollout.loss_mask and 0 in demo.loss_mask
     assert router.router.store.get("demo") is None  # demonstrations are not rollouts to collect
+    assert all("top_k" not in request["sampling_params"] for request in engine.requests)
+
+
+def test_tool_agent_top_k_reaches_the_engine(tiny_model_path, tokenizer):
+    engine = ScriptedEngine(tokenizer)
+    router = start_router(engine.url, tiny_model_path, tokenizer)
+    try:
+        engine.say(_markup({"name": "submit", "arguments": {}}))
+        result = build_agent("tool", {**OPTIONS, "top_k": 50}).run(
+            AgentTask("t", "Fix it."), Endpoint(router.url_for("t"), router.router.api_key, "tiny"))
+    finally:
+        router.stop()
+        engine.stop()
+    assert result.exit_status == "submitted"
+    assert engine.requests[0]["sampling_params"]["top_k"] == 50
 
 
 def test_compact_format_describes_each_tool_in_one_line(tiny_model_path, tokenizer):

@@ -24,7 +24,7 @@ def test_import_path_fallback():
 def test_unknown_name_lists_known_ones():
     with pytest.raises(ValueError, match=r"unknown reward function 'maths'; known: math, or"):
         get_reward_fn("maths")
-    with pytest.raises(ValueError, match="known: gsm8k_jsonl, swe_tasks, synthetic_arithmetic"):
+    with pytest.raises(ValueError, match="known: gsm8k_jsonl, swe_synth, swe_tasks, synthetic_arithmetic"):
         get_data_source("gsm8k")
 
 

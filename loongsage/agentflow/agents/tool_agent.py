@@ -28,6 +28,7 @@ class ToolAgentConfig:
     max_tool_output_chars: int = 2000  # longer tool results keep their head and tail
     command_timeout_s: float = 30.0
     temperature: float = 1.0
+    top_k: int = -1  # > 0: sample from the k likeliest tokens (vLLM/SGLang extension, sent as extra_body)
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
     request_timeout_s: float = 600.0
     tools: tuple[str, ...] = TOOL_NAMES  # the tools the model is offered (submit is always among them)
@@ -55,7 +56,8 @@ class ToolAgent:
                 result.turns = turn + 1
                 response = client.chat.completions.create(
                     model=endpoint.model, messages=messages, tools=self.tool_schemas,
-                    max_tokens=cfg.max_tokens, temperature=cfg.temperature)
+                    max_tokens=cfg.max_tokens, temperature=cfg.temperature,
+                    extra_body={"top_k": cfg.top_k} if cfg.top_k > 0 else None)
                 message = response.choices[0].message
                 messages.append(_assistant_message(message))
                 result.log.append(_summary(message))
