@@ -30,14 +30,25 @@ def grouped_advantages(rewards: Tensor, group_ids: Tensor, normalize_std: bool =
     """`grpo_advantages` for groups named by id instead of by position: groups may be
     interleaved and of different sizes (an agent episode that crashed before its first model
     call leaves its group one member short). rewards, group_ids: [N] -> [N]."""
-    if rewards.shape != group_ids.shape or rewards.dim() != 1:
-        raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must be the same 1-D shape")
+    _check_grouped(rewards, group_ids)
     advantages = torch.zeros_like(rewards, dtype=torch.float32)
     for group in group_ids.unique():
         members = group_ids == group
         group_rewards = rewards[members].float()
         advantages[members] = grpo_advantages(group_rewards, group_rewards.numel(), normalize_std, eps)
     return advantages
+
+
+def informative_groups(rewards: Tensor, group_ids: Tensor) -> Tensor:
+    """Per sample, whether its group's rewards differ (DAPO's dynamic sampling): a group
+    whose rewards are all equal has zero advantages and no learning signal, yet still
+    dilutes the batch. rewards, group_ids: [N] -> bool [N]."""
+    _check_grouped(rewards, group_ids)
+    informative = torch.zeros(rewards.shape, dtype=torch.bool)
+    for group in group_ids.unique():
+        members = group_ids == group
+        informative[members] = not _constant_groups(rewards[members].float().reshape(1, -1)).item()
+    return informative
 
 
 def group_reward_std(rewards: Tensor, group_size: int) -> Tensor:
@@ -59,6 +70,11 @@ def _as_groups(rewards: Tensor, group_size: int) -> Tensor:
             f"group_size={group_size}"
         )
     return rewards.float().reshape(-1, group_size)
+
+
+def _check_grouped(rewards: Tensor, group_ids: Tensor) -> None:
+    if rewards.shape != group_ids.shape or rewards.dim() != 1:
+        raise ValueError(f"rewards {tuple(rewards.shape)} and group_ids {tuple(group_ids.shape)} must be the same 1-D shape")
 
 
 def _group_std(groups: Tensor) -> Tensor:

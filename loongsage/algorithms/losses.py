@@ -73,6 +73,7 @@ def ppo_clip_loss(
     clip_low: float = 0.2,
     clip_high: float = 0.28,
     aggregation: str = "token_mean",
+    is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO clipped surrogate with DAPO's clip-higher: ratio clipped to
     [1 - clip_low, 1 + clip_high].
@@ -80,6 +81,10 @@ def ppo_clip_loss(
     `advantages` is [B] (one per sequence, broadcast over tokens) or [B, T].
     clip_frac is the fraction of masked tokens where the clipped branch is strictly
     larger, i.e. where the token gets no gradient.
+
+    Decoupled PPO: when `old_logprobs` are a proximal policy's rather than the sampling
+    policy's, `is_weights` ([B, T], pi_prox / pi_behav, see off_policy.importance_weights)
+    multiply each token's surrogate; the trust region stays around the proximal policy.
     """
     advantages = advantages.detach()
     if advantages.dim() == 1:
@@ -87,7 +92,10 @@ def ppo_clip_loss(
     ratio = torch.exp(logprobs - old_logprobs.detach())
     unclipped = -advantages * ratio
     clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    loss = masked_aggregate(torch.maximum(unclipped, clipped), mask, aggregation)
+    surrogate = torch.maximum(unclipped, clipped)
+    if is_weights is not None:
+        surrogate = surrogate * is_weights.detach()
+    loss = masked_aggregate(surrogate, mask, aggregation)
     with torch.no_grad():
         clip_frac = masked_aggregate((clipped > unclipped).float(), mask, "token_mean")
         ratio_mean = masked_aggregate(ratio.float(), mask, "token_mean")

@@ -5,14 +5,21 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = {"engine": "embedded engine vs transformers generate", "train": "trainer vs a plain HF training loop", "agentflow": "router overhead per turn vs the engine's /generate"}
+BENCHMARKS = {
+    "engine": "embedded engine vs transformers generate",
+    "train": "trainer vs a plain HF training loop",
+    "agentflow": "router overhead per turn vs the engine's /generate",
+    "async": "sync vs fully_async on an agentic workload (--simulate: a GPU-cluster model)",
+}
+# `async` is a keyword, so its module has another name.
+MODULES = {"async": "asynchrony"}
 
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in BENCHMARKS:
         print("usage: python -m loongsage.bench <name> [args]\n" + "\n".join(f"  {n:8s} {d}" for n, d in BENCHMARKS.items()), file=sys.stderr)
         return 2
-    return importlib.import_module(f"loongsage.bench.{argv[0]}").main(argv[1:])
+    return importlib.import_module(f"loongsage.bench.{MODULES.get(argv[0], argv[0])}").main(argv[1:])
 
 
 if __name__ == "__main__":

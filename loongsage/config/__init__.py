@@ -7,6 +7,7 @@ from loongsage.config.schema import (
     DataMixEntry,
     LoggingConfig,
     ModelConfig,
+    PipelineConfig,
     RolloutConfig,
     RunConfig,
     TrainerConfig,
@@ -14,6 +15,6 @@ from loongsage.config.schema import (
 from loongsage.config.store import register, to_config
 
 __all__ = [
-    "AgentConfig", "AlgorithmConfig", "Config", "ConfigError", "DataConfig", "DataMixEntry", "LoggingConfig", "ModelConfig",
+    "AgentConfig", "AlgorithmConfig", "Config", "ConfigError", "DataConfig", "DataMixEntry", "LoggingConfig", "ModelConfig", "PipelineConfig",
     "RolloutConfig", "RunConfig", "TrainerConfig", "check", "register", "to_config",
 ]

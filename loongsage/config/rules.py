@@ -13,7 +13,11 @@ CHOICES = {
     "algorithm.advantage": ("grpo",),
     "algorithm.loss_aggregation": ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum"),
     "algorithm.kl_kind": ("k1", "k2", "k3"),
-    "run.mode": ("sync",),
+    "algorithm.proximal": ("recompute", "interpolate", "behaviour"),
+    "algorithm.is_level": ("none", "token", "sequence", "geometric"),
+    "algorithm.is_mode": ("truncate", "mask"),
+    "run.mode": ("sync", "one_step_off", "fully_async"),
+    "run.placement": ("colocate", "disaggregated"),
     "agent.export": ("concat", "per_turn"),
 }
 
@@ -23,7 +27,8 @@ class ConfigError(ValueError):
 
 
 def check(cfg: Config) -> None:
-    problems = [*_choice_problems(cfg), *_range_problems(cfg), *_batch_problems(cfg), *_mix_problems(cfg)]
+    problems = [*_choice_problems(cfg), *_range_problems(cfg), *_batch_problems(cfg), *_mix_problems(cfg),
+                *_window_problems(cfg)]
     if problems:
         raise ConfigError("invalid config:\n" + "\n".join(f"  - {p}" for p in problems))
 
@@ -66,6 +71,8 @@ def _range_problems(cfg: Config) -> list[str]:
         (0 <= a.clip_low < 1, f"algorithm.clip_low={a.clip_low} must be in [0, 1)"),
         (a.clip_high >= 0, f"algorithm.clip_high={a.clip_high} must be >= 0"),
         (a.kl_coef >= 0, f"algorithm.kl_coef={a.kl_coef} must be >= 0"),
+        (a.is_high > 0, f"algorithm.is_high={a.is_high} must be > 0"),
+        (0 <= a.is_low < a.is_high, f"algorithm.is_low={a.is_low} must be in [0, algorithm.is_high={a.is_high})"),
         (cfg.data.num_reward_workers >= 1, f"data.num_reward_workers={cfg.data.num_reward_workers} must be >= 1"),
         (cfg.agent.max_concurrent >= 1, f"agent.max_concurrent={cfg.agent.max_concurrent} must be >= 1"),
         (cfg.warm_start.epochs >= 1, f"warm_start.epochs={cfg.warm_start.epochs} must be >= 1"),
@@ -73,6 +80,12 @@ def _range_problems(cfg: Config) -> list[str]:
         (cfg.warm_start.lr > 0, f"warm_start.lr={cfg.warm_start.lr} must be > 0"),
         (not cfg.warm_start.source or bool(cfg.agent.name),
          f"warm_start.source={cfg.warm_start.source!r} needs agent.name: demonstrations are replayed by the run's agent"),
+        (cfg.pipeline.max_staleness >= 0, f"pipeline.max_staleness={cfg.pipeline.max_staleness} must be >= 0"),
+        (cfg.pipeline.max_inflight >= 0, f"pipeline.max_inflight={cfg.pipeline.max_inflight} must be >= 0 (0: automatic)"),
+        (cfg.pipeline.batch_timeout_s > 0, f"pipeline.batch_timeout_s={cfg.pipeline.batch_timeout_s} must be > 0"),
+        (cfg.run.placement != "colocate" or cfg.run.mode == "sync",
+         f"run.placement=colocate needs run.mode=sync (got {cfg.run.mode}): colocated trainer and engines take turns "
+         f"on the same devices, so rollout cannot overlap training; use run.placement=disaggregated"),
         (cfg.run.steps >= 1, f"run.steps={cfg.run.steps} must be >= 1"),
         (cfg.run.save_every >= 1, f"run.save_every={cfg.run.save_every} must be >= 1"),
         (cfg.logging.rollouts_per_step >= 0, f"logging.rollouts_per_step={cfg.logging.rollouts_per_step} must be >= 0"),
@@ -127,3 +140,13 @@ def _mix_problems(cfg: Config) -> list[str]:
                 f"so that every batch holds the configured proportions"
             )
     return problems
+
+
+def _window_problems(cfg: Config) -> list[str]:
+    from loongsage.controller.windows import build_window
+
+    try:
+        build_window(cfg.pipeline.window, cfg.rollout.prompts_per_step, max(cfg.pipeline.max_staleness, 0))
+    except (ValueError, TypeError) as exc:
+        return [f"pipeline.window={cfg.pipeline.window!r}: {exc}"]
+    return []

@@ -38,15 +38,27 @@ class AgentRolloutSource:
         router = Router(RouterConfig(
             model=model_path, engine_urls=tuple(rollout.urls), served_model_names=(cfg.model.name,),
             chat_format=cfg.agent.chat_format, max_context=cfg.rollout.max_context,
-            request_timeout_s=cfg.rollout.request_timeout_s))
+            request_timeout_s=cfg.rollout.request_timeout_s), activity=rollout.activity)
         self.server = RouterServer(router)
         self.server.start()
         self.pool = ThreadPoolExecutor(cfg.agent.max_concurrent, thread_name_prefix="agent-episode")
 
     def next_batch(self, step: int) -> list[Sample]:
         items = self.prompts.take_tagged(self.cfg.rollout.prompts_per_step)
-        futures = [self.pool.submit(self._episode, step, group, member, source, item)
+        futures = [self.pool.submit(self._episode, f"step{step}-g{group}", group, member, source, item)
                    for group, (source, item) in enumerate(items) for member in range(self.cfg.rollout.group_size)]
+        return [sample for future in futures for sample in future.result()]
+
+    def take_items(self, count: int) -> list[tuple[str, dict]]:
+        return self.prompts.take_tagged(count)
+
+    def rollout_group(self, index: int, tagged_item: tuple[str, dict]) -> list[Sample]:
+        """One item's group of episodes; `index` counts groups over the run (asynchronous modes)
+        and names the trajectories as the synchronous loop would."""
+        step, group = divmod(index, self.cfg.rollout.prompts_per_step)
+        source, item = tagged_item
+        futures = [self.pool.submit(self._episode, f"step{step + 1}-g{group}", index, member, source, item)
+                   for member in range(self.cfg.rollout.group_size)]
         return [sample for future in futures for sample in future.result()]
 
     def demonstrations(self, items: list[dict]) -> list[Sample]:
@@ -75,8 +87,8 @@ class AgentRolloutSource:
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.server.stop()
 
-    def _episode(self, step: int, group: int, member: int, source: str, item: dict) -> list[Sample]:
-        trajectory_id = f"step{step}-g{group}-m{member}"
+    def _episode(self, name: str, group: int, member: int, source: str, item: dict) -> list[Sample]:
+        trajectory_id = f"{name}-m{member}"
         result = self._run_agent(self.agents[source], trajectory_id, item)
         reward, info, error = _score(self.rewards[source], item, result)
         trajectory = self.server.router.store.pop(trajectory_id)
@@ -99,7 +111,8 @@ class AgentRolloutSource:
         endpoint = Endpoint(self.server.url_for(trajectory_id), self.server.router.api_key, self.cfg.model.name)
         try:
             with workspace as sandbox:
-                return agent.run(AgentTask(str(item["id"]), _prompt_text(item), sandbox), endpoint)
+                task_view = AgentTask(str(item["id"]), _prompt_text(item), sandbox, dict(item.get("metadata") or {}))
+                return agent.run(task_view, endpoint)
         except Exception as exc:  # one broken episode costs its reward, not the run
             log.exception("agent episode %s failed", trajectory_id)
             return AgentResult(exit_status="error", error=f"{type(exc).__name__}: {exc}")

@@ -9,6 +9,7 @@ import torch
 from loongsage.algorithms.advantages import grouped_advantages
 from loongsage.config import Config
 from loongsage.controller.agent_rollout import AgentRolloutSource
+from loongsage.controller.async_rollout import AsyncRollout
 from loongsage.controller.checkpoint import latest_checkpoint, load_controller_state, save_checkpoint
 from loongsage.controller.metrics import rollout_metrics
 from loongsage.controller.monitor import Monitor
@@ -17,6 +18,7 @@ from loongsage.controller.rewards import RewardPool
 from loongsage.controller.rollout import RolloutGroup
 from loongsage.controller.sync_rollout import SyncRolloutSource
 from loongsage.controller.warm_start import warm_start
+from loongsage.inference.activity import IdleClock
 from loongsage.models import load_tokenizer, resolve_model_path
 from loongsage.sample import Sample
 from loongsage.tasks.registry import get_data_source
@@ -34,6 +36,8 @@ class Controller:
         self.source = self._rollout_source(model_path)
         self.step = 0
         self.weight_version = 0
+        self.async_rollout: AsyncRollout | None = None  # one_step_off / fully_async, started by run()
+        self._pending_items: list = []  # taken by an asynchronous run's rollout, not trained when it saved
         self._resume_if_possible()
 
     def run(self) -> None:
@@ -42,6 +46,10 @@ class Controller:
             if self.step == 0 and self.cfg.warm_start.source:
                 self._warm_start(monitor)
                 monitor.start_clock()
+            if self.cfg.run.mode != "sync":
+                first_group = self.step * self.cfg.rollout.prompts_per_step
+                self.async_rollout = AsyncRollout(self.cfg, self.source, self.rollout, first_group, self._pending_items)
+            self._idle_clock = IdleClock(self.rollout.activity)
             while self.step < self.cfg.run.steps:
                 self.step += 1
                 samples, metrics = self._one_step()
@@ -52,6 +60,8 @@ class Controller:
             monitor.close()
 
     def shutdown(self) -> None:
+        if self.async_rollout is not None:
+            self.async_rollout.close()
         self.source.close()
         self.rollout.shutdown()
         self.trainer.shutdown()
@@ -76,21 +86,28 @@ class Controller:
 
     def _one_step(self) -> tuple[list[Sample], dict[str, float]]:
         started = time.perf_counter()
-        samples = self.source.next_batch(self.step)
+        if self.async_rollout is not None:
+            samples, pipeline_metrics = self.async_rollout.take(self.weight_version)
+        else:
+            samples, pipeline_metrics = self.source.next_batch(self.step), {}
         rolled_out = time.perf_counter()
         self._assign_advantages(samples)
-        metrics = self.trainer.train_step(samples)
+        metrics = self.trainer.train_step(samples, policy_version=self.weight_version)
         trained = time.perf_counter()
         self._sync_weights()
         synced = time.perf_counter()
         metrics.update(rollout_metrics(samples))
+        metrics.update(pipeline_metrics)
         metrics.update(
             {
+                # Waiting for the batch: in the asynchronous modes only what rollout did not hide.
                 "timing/rollout_s": rolled_out - started,
                 "timing/train_s": trained - rolled_out,
                 "timing/weight_sync_s": synced - trained,
                 "timing/step_s": synced - started,
                 "rollout/weight_version": float(self.weight_version),
+                "async/trainer_idle_ratio": 1.0 - (trained - rolled_out) / max(synced - started, 1e-9),
+                "async/rollout_idle_ratio": self._idle_clock.lap(),
             }
         )
         return samples, metrics
@@ -111,11 +128,21 @@ class Controller:
 
     def _sync_weights(self) -> None:
         self.weight_version += 1
-        self.trainer.push_weights(self.rollout.urls, self.weight_version)
+
+        def push() -> None:
+            self.trainer.push_weights(self.rollout.urls, self.weight_version)
+
+        if self.async_rollout is not None:
+            self.async_rollout.update_weights(push)
+        else:
+            push()
         self.source.on_weights_updated(self.weight_version)
 
     def _save(self) -> None:
-        state = {"step": self.step, "weight_version": self.weight_version, "prompts": self.prompts.state_dict()}
+        state = {"step": self.step, "weight_version": self.weight_version, "prompts": self.prompts.state_dict(), "pending": []}
+        if self.async_rollout is not None:
+            # Rollout runs ahead of training: the stream's position alone would skip what is in flight.
+            state.update(self.async_rollout.checkpoint_state())
         save_checkpoint(self.run_dir, self.step, state, self.trainer.save_checkpoint)
 
     def _resume_if_possible(self) -> None:
@@ -129,6 +156,10 @@ class Controller:
         self.step = state["step"]
         self.weight_version = state["weight_version"]
         self.prompts.load_state_dict(state["prompts"])
+        self._pending_items = state.get("pending", [])
+        if self._pending_items and self.cfg.run.mode == "sync":
+            print(f"[loongsage] warning: {len(self._pending_items)} prompts an asynchronous run had taken but not trained "
+                  f"are not replayed in run.mode=sync", flush=True)
         # The engines start from the base model; give them the checkpoint's weights.
         self.trainer.push_weights(self.rollout.urls, self.weight_version)
         print(f"[loongsage] resumed from {checkpoint} at step {self.step}", flush=True)

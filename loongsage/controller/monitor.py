@@ -66,6 +66,7 @@ class Monitor:
                 record = {
                     "step": step,
                     "group_id": sample.group_id,
+                    "item_id": sample.metadata.get("item_id"),
                     "prompt": sample.prompt_text,
                     "response": sample.response_text,
                     "label": sample.label,

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
+from contextlib import contextmanager
 from functools import cached_property
 
 import ray
 
 from loongsage.config import RolloutConfig
 from loongsage.controller.prompts import Prompt
+from loongsage.inference.activity import ActivityMeter
 from loongsage.inference.client import EngineClient
+from loongsage.inference.resumable import generate_resumable
 from loongsage.sample import Sample
+
+MAX_RESUMES = 64  # weight updates one response may live through; the staleness window drops it long before
 
 
 class RolloutGroup:
@@ -19,6 +25,7 @@ class RolloutGroup:
         from loongsage.inference.embedded.actor import EmbeddedEngineActor
 
         self.cfg = cfg
+        self.model_path = model_path
         engine_cfg = {
             "max_running": cfg.max_running,
             "max_context": cfg.max_context,
@@ -30,6 +37,11 @@ class RolloutGroup:
         self.actors = [EmbeddedEngineActor.remote(model_path, engine_cfg) for _ in range(cfg.num_engines)]
         # Engines load their weights while the caller goes on (e.g. to start the trainer).
         self._started = [actor.start.remote() for actor in self.actors]
+        self.activity = ActivityMeter()
+        # Requests from any thread run on one event loop, whose connection pools they share.
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(target=self._loop.run_forever, name="rollout-requests", daemon=True)
+        self._loop_thread.start()
 
     @cached_property
     def urls(self) -> list[str]:
@@ -41,47 +53,95 @@ class RolloutGroup:
 
     def generate(self, prompts: list[Prompt], step: int, seed: int) -> list[Sample]:
         """`group_size` samples per prompt, in prompt order; groups are consecutive."""
-        return asyncio.run(self._generate(prompts, step, seed))
+        async def all_groups():
+            return await asyncio.gather(*(self._group(prompt, group_id, step, seed) for group_id, prompt in enumerate(prompts)))
 
-    async def _generate(self, prompts: list[Prompt], step: int, seed: int) -> list[Sample]:
-        jobs = []
-        for group_id, prompt in enumerate(prompts):
-            # A whole group goes to one engine, so its prompt cache prefills the prompt once.
-            client = self.clients[group_id % len(self.clients)]
-            for member in range(self.cfg.group_size):
-                request_seed = random.Random(f"rollout:{seed}:{step}:{group_id}:{member}").getrandbits(31)
-                jobs.append(self._sample(client, prompt, group_id, request_seed))
-        try:
-            return list(await asyncio.gather(*jobs))
-        finally:
+        return [sample for group in self._run(all_groups()) for sample in group]
+
+    def generate_group(self, prompt: Prompt, index: int, seed: int) -> list[Sample]:
+        """The group of the `index`-th prompt of the run (counting from 0), sampled with the
+        same seeds the synchronous schedule gives it: group index % prompts_per_step of step
+        index // prompts_per_step + 1. Callable from any thread."""
+        step, group_id = divmod(index, self.cfg.prompts_per_step)
+        samples = self._run(self._group(prompt, group_id, step + 1, seed))
+        for sample in samples:
+            sample.group_id = index
+        return samples
+
+    @contextmanager
+    def weight_update(self, interrupt: bool):
+        """Around pushing new weights while generation may be in flight: engines pause, and with
+        `interrupt` what is in flight is aborted (its partial output returns to the caller, who
+        continues it after the update); the engines continue once the block is done. Without
+        `interrupt` the caller must have nothing in flight, or responses would mix versions."""
+        with self.activity.paused():
             for client in self.clients:
-                await client.aclose()
+                client.pause_generation()
+            try:
+                if interrupt:
+                    for client in self.clients:
+                        client.abort_request(abort_all=True)
+                yield
+            finally:
+                for client in self.clients:
+                    client.continue_generation()
+
+    def shutdown(self) -> None:
+        ray.get([actor.stop.remote() for actor in self.actors])
+        self._run(self._close_clients())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._loop_thread.join(timeout=5)
+
+    def _run(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    async def _close_clients(self) -> None:
+        for client in self.clients:
+            await client.aclose()
+
+    async def _group(self, prompt: Prompt, group_id: int, step: int, seed: int) -> list[Sample]:
+        # A whole group goes to one engine, so its prompt cache prefills the prompt once.
+        client = self.clients[group_id % len(self.clients)]
+        jobs = []
+        for member in range(self.cfg.group_size):
+            request_seed = random.Random(f"rollout:{seed}:{step}:{group_id}:{member}").getrandbits(31)
+            jobs.append(self._sample(client, prompt, group_id, request_seed))
+        return list(await asyncio.gather(*jobs))
 
     async def _sample(self, client: EngineClient, prompt: Prompt, group_id: int, request_seed: int) -> Sample:
         sampling_params = {
             "temperature": self.cfg.temperature,
             "top_p": self.cfg.top_p,
             "top_k": self.cfg.top_k,
-            "max_new_tokens": self.cfg.max_new_tokens,
             "sampling_seed": request_seed,
         }
-        response = await client.agenerate(input_ids=prompt.token_ids, sampling_params=sampling_params, return_logprob=True)
-        meta = response["meta_info"]
-        version = int(meta["weight_version"])
-        logprobs = [entry[0] for entry in meta["output_token_logprobs"]]
+
+        async def call(input_ids: list[int], params: dict, rid: str) -> dict:
+            with self.activity.request():
+                return await client.agenerate(input_ids=input_ids, sampling_params=params, return_logprob=True, rid=rid)
+
+        generation = await generate_resumable(call, list(prompt.token_ids), sampling_params, self.cfg.max_new_tokens, MAX_RESUMES)
+        response_ids = generation.output_ids
         return Sample(
             prompt_ids=list(prompt.token_ids),
-            response_ids=list(response["output_ids"]),
-            response_logprobs=logprobs,
-            loss_mask=[1] * len(response["output_ids"]),
-            weight_versions=[version] * len(response["output_ids"]),
+            response_ids=response_ids,
+            response_logprobs=generation.logprobs,
+            loss_mask=[1] * len(response_ids),
+            weight_versions=generation.versions,
             group_id=group_id,
-            finish_reason=meta["finish_reason"]["type"],
+            finish_reason=generation.finish.get("type", "stop"),
             prompt_text=prompt.text,
-            response_text=response["text"],
+            # One call's text is the whole response unless it was resumed; then decode the ids.
+            response_text=generation.text if not generation.resumes else self._decode(response_ids),
             label=prompt.label,
-            metadata={"item_id": prompt.item_id},
+            metadata={"item_id": prompt.item_id, "resumes": generation.resumes},
         )
 
-    def shutdown(self) -> None:
-        ray.get([actor.stop.remote() for actor in self.actors])
+    @cached_property
+    def _tokenizer(self):
+        from loongsage.models import load_tokenizer
+
+        return load_tokenizer(self.model_path)
+
+    def _decode(self, ids: list[int]) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=True)

@@ -29,6 +29,7 @@ class PackedBatch:
     loss_mask: Tensor  # [B, C] float (C = T - 1 - first_column), 1 where a response token is trained
     advantages: Tensor  # [B, C] float, each sample's advantage on its response columns
     rollout_logprobs: Tensor | None  # [B, C] float; None when a sample came without them
+    token_versions: Tensor | None  # [B, C] long, weight version of each response token; None when a sample lacks them
     response_spans: list[tuple[int, int]]  # per sample, its response columns [start, end)
 
     @property
@@ -60,6 +61,7 @@ def pack_samples(samples: list[Sample]) -> PackedBatch:
     loss_mask = torch.zeros((rows, columns))
     advantages = torch.zeros((rows, columns))
     rollout_logprobs = torch.zeros((rows, columns))
+    token_versions = torch.zeros((rows, columns), dtype=torch.long)
     spans = []
     for row, sample in enumerate(samples):
         tokens = sample.prompt_ids + sample.response_ids
@@ -72,7 +74,10 @@ def pack_samples(samples: list[Sample]) -> PackedBatch:
         advantages[row, start:end] = sample.advantage
         if sample.response_logprobs:
             rollout_logprobs[row, start:end] = torch.tensor(sample.response_logprobs, dtype=torch.float32)
+        if sample.weight_versions:
+            token_versions[row, start:end] = torch.tensor(sample.weight_versions, dtype=torch.long)
     has_rollout_logprobs = all(sample.response_logprobs for sample in samples)
+    has_versions = all(sample.weight_versions for sample in samples)
     return PackedBatch(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -82,6 +87,7 @@ def pack_samples(samples: list[Sample]) -> PackedBatch:
         loss_mask=loss_mask,
         advantages=advantages,
         rollout_logprobs=rollout_logprobs if has_rollout_logprobs else None,
+        token_versions=token_versions if has_versions else None,
         response_spans=spans,
     )
 
@@ -114,7 +120,7 @@ def _check_sample(index: int, sample: Sample) -> None:
         )
     if not sample.response_ids:
         raise ValueError(f"sample {index}: response_ids is empty")
-    for name in ("loss_mask", "response_logprobs"):
+    for name in ("loss_mask", "response_logprobs", "weight_versions"):
         values = getattr(sample, name)
         if values and len(values) != len(sample.response_ids):
             raise ValueError(

@@ -9,6 +9,7 @@ from loongsage.sample import Sample
 from loongsage.training.batch import check_samples, split_even
 from loongsage.training.checkpoint_dir import atomic_dir
 from loongsage.training.errors import TrainerError
+from loongsage.training.fsdp.objective import check_off_policy_inputs
 from loongsage.training.fsdp.worker import TrainWorker
 from loongsage.training.settings import algo_settings, trainer_settings
 
@@ -34,8 +35,12 @@ class TrainGroup:
         (address,) = self._gather("rendezvous_address", [self.workers[0].rendezvous_address.remote()])
         self._call_all("setup", *address)
 
-    def train_step(self, samples: list[Sample]) -> dict[str, float]:
-        metrics = self._step_on_shards("train_step", samples)
+    def train_step(self, samples: list[Sample], policy_version: int | None = None) -> dict[str, float]:
+        """`policy_version`: the weight version the trainer's weights are (read by
+        algorithm.proximal=interpolate)."""
+        # Checked here too: a worker that raises would take the whole group down with it.
+        check_off_policy_inputs(samples, self.algo, policy_version)
+        metrics = self._step_on_shards("train_step", samples, policy_version)
         self.step += 1
         return metrics
 

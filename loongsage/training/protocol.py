@@ -18,8 +18,9 @@ class TrainBackend(Protocol):
     def setup(self, master_addr: str, master_port: int) -> None:
         """Join the process group; load the model, optimizer and reference model."""
 
-    def train_step(self, samples: list[Sample]) -> dict[str, float]:
-        """One trainer step on this rank's shard; metrics are already global."""
+    def train_step(self, samples: list[Sample], policy_version: int | None = None) -> dict[str, float]:
+        """One trainer step on this rank's shard; metrics are already global. `policy_version`
+        is the weight version of the trainer's weights (read by algorithm.proximal=interpolate)."""
 
     def supervised_step(self, samples: list[Sample], lr: float) -> dict[str, float]:
         """One optimizer step on the NLL of the shard's masked tokens (a warm start), at `lr`."""

@@ -10,10 +10,8 @@ from loongsage.models import resolve_model_path
 
 
 @pytest.fixture(scope="module")
-def ray_session():
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+def ray_session(ray_runtime):
+    return ray_runtime
 
 
 def test_actor_serves_generate_and_stops(ray_session):

@@ -9,3 +9,8 @@ def explode_on_sevens(response: str, label: str) -> float:
     if "7" in response:
         raise RuntimeError("this reward function cannot handle sevens")
     return 1.0
+
+
+def e_fraction(response: str, label: str) -> float:
+    """Varies from response to response of a random model, so every group has an advantage."""
+    return response.count("e") / max(len(response), 1)

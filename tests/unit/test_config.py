@@ -62,3 +62,18 @@ def test_every_problem_is_reported_at_once():
 
 def test_defaults_pass_the_rules():
     check(Config())
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("algorithm.is_mode=clip", "algorithm.is_mode='clip' is not one of truncate, mask"),
+        ("algorithm.is_level=tokens", "algorithm.is_level='tokens' is not one of none, token, sequence, geometric"),
+        ("algorithm.proximal=stale", "algorithm.proximal='stale' is not one of recompute, interpolate, behaviour"),
+        ("algorithm.is_high=0", "algorithm.is_high=0.0 must be > 0"),
+        ("algorithm.is_low=3", r"algorithm.is_low=3.0 must be in \[0, algorithm.is_high=2.0\)"),
+    ],
+)
+def test_bad_off_policy_settings_name_the_field(override, message):
+    with pytest.raises(ConfigError, match=message):
+        compose_config(override)

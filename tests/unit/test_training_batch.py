@@ -69,11 +69,23 @@ def test_missing_rollout_logprobs_give_none():
     assert pack_samples(samples).rollout_logprobs is None
 
 
+def test_token_versions_line_up_with_response_columns():
+    samples = two_samples()
+    samples[0].weight_versions, samples[1].weight_versions = [5, 6], [3, 3, 4, 4]
+    batch = pack_samples(samples)
+    # Same columns as rollout_logprobs: sample 0's two response tokens sit in columns 2, 3.
+    assert batch.token_versions.tolist() == [[0, 0, 5, 6], [3, 3, 4, 4]]
+    assert batch.token_versions.shape == batch.loss_mask.shape
+    samples[1].weight_versions = []
+    assert pack_samples(samples).token_versions is None
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
         ("loss_mask", [1], "sample 0: loss_mask has 1 entries but response_ids has 2"),
         ("response_logprobs", [-1.0, -1.0, -1.0], "sample 0: response_logprobs has 3"),
+        ("weight_versions", [1, 1, 1], "sample 0: weight_versions has 3 entries but response_ids has 2"),
         ("response_ids", [], "sample 0: response_ids is empty"),
         ("prompt_ids", [], "sample 0: prompt_ids is empty"),
     ],

@@ -1,6 +1,7 @@
 """TrainWorker in-process, as a 1-rank gloo group, on the tiny model."""
 from __future__ import annotations
 
+import math
 
 import pytest
 import torch
@@ -8,6 +9,7 @@ import torch
 from loongsage.sample import Sample
 from tests.samples import random_samples as _random_samples
 from loongsage.training.fsdp import TrainWorker
+from loongsage.training.fsdp.objective import check_off_policy_inputs
 from loongsage.config.schema import AlgorithmConfig, TrainerConfig
 
 METRIC_KEYS = {
@@ -159,3 +161,102 @@ def test_supervised_step_lowers_the_nll_of_its_samples_and_leaves_the_rl_schedul
             nll, count = nll - float(picked[mask].sum()), count + int(mask.sum())
     after = worker.supervised_step(samples, lr=1e-12)
     assert after["train/loss"] == pytest.approx(nll / count, rel=1e-4)
+
+
+IS_KEYS = {"train/is_weight_mean", "train/is_weight_max", "train/is_weight_min", "train/is_clip_frac", "train/is_mask_frac"}
+
+
+def with_own_logprobs(worker: TrainWorker, samples: list[Sample], shift: float = 0.0) -> list[Sample]:
+    """The samples with rollout logprobs = the worker's own (+ shift), as if it sampled them."""
+    for sample, values in zip(samples, worker.compute_logprobs(samples)):
+        sample.response_logprobs = [value + shift for value in values]
+    return samples
+
+
+def parameters(worker: TrainWorker) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in worker.model.named_parameters()}
+
+
+def test_proximal_behaviour_on_own_logprobs_equals_recompute(make_worker):
+    trainer = TrainerConfig(micro_batch_size=2, lr=1e-3)
+    recompute = make_worker(trainer)
+    samples = with_own_logprobs(recompute, random_samples(4))
+    expected = recompute.train_step(samples)
+    expected_params = parameters(recompute)
+    behaviour = make_worker(trainer, AlgorithmConfig(proximal="behaviour"))
+    metrics = behaviour.train_step(samples)
+    assert metrics["train/loss"] == pytest.approx(expected["train/loss"], abs=1e-6)
+    assert metrics["train/grad_norm"] == pytest.approx(expected["train/grad_norm"], rel=1e-4)
+    for name, value in parameters(behaviour).items():
+        torch.testing.assert_close(value, expected_params[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_token_mask_is_drops_every_token_of_far_off_rollouts(make_worker):
+    algo = AlgorithmConfig(is_level="token", is_mode="mask", is_low=0.5, is_high=2.0)
+    worker = make_worker(TrainerConfig(micro_batch_size=2, lr=1e-3), algo)
+    # rollout logprobs 5 nats above the trainer's: w = exp(-5) = 0.0067 < is_low on every token
+    samples = with_own_logprobs(worker, random_samples(4), shift=5.0)
+    before = parameters(worker)
+    metrics = worker.train_step(samples)
+    assert IS_KEYS <= set(metrics)
+    assert metrics["train/is_mask_frac"] == pytest.approx(1.0)
+    assert metrics["train/is_clip_frac"] == 0.0
+    assert metrics["train/is_weight_max"] == pytest.approx(math.exp(-5.0), rel=1e-3)
+    assert metrics["train/grad_norm"] == 0.0
+    for name, value in parameters(worker).items():
+        assert torch.equal(value, before[name]), name
+
+
+def test_interpolate_with_mini_batches_needs_no_extra_forward(make_worker, monkeypatch):
+    samples = random_samples(8)
+    for index, sample in enumerate(samples):
+        sample.weight_versions = [2 + index % 2] * len(sample.response_ids)  # versions 2 and 3: one step stale or fresh
+    trainer = TrainerConfig(micro_batch_size=2, mini_batches=2, lr=1e-3)
+
+    def count_logprobs(worker: TrainWorker) -> list[int]:
+        calls = []
+        original = worker._logprobs
+        monkeypatch.setattr(worker, "_logprobs", lambda *args: calls.append(1) or original(*args))
+        return calls
+
+    recompute = make_worker(trainer)
+    with_own_logprobs(recompute, samples)
+    recompute_calls = count_logprobs(recompute)
+    recompute.train_step(samples, policy_version=3)
+    assert len(recompute_calls) == 2  # one no-grad pass per mini-batch before the first update
+
+    worker = make_worker(trainer, AlgorithmConfig(proximal="interpolate", is_level="token"))
+    calls = count_logprobs(worker)
+    metrics = worker.train_step(samples, policy_version=3)
+    assert calls == []
+    assert set(metrics) == METRIC_KEYS | IS_KEYS
+    assert all(math.isfinite(value) for value in metrics.values()), metrics
+    # The rollout logprobs are the starting weights' own: in the first mini-batch the proximal
+    # policy is the current one (w = 1); in the second, the version-2 tokens' proximal logprobs
+    # sit 2/3 of the way to the moved weights', so their weights spread around 1.
+    assert metrics["train/is_weight_min"] < 1.0 < metrics["train/is_weight_max"]
+    assert metrics["train/is_weight_mean"] == pytest.approx(1.0, abs=0.1)
+    assert metrics["train/grad_norm"] > 0
+
+
+@pytest.mark.parametrize(
+    ("algo", "policy_version", "missing", "message"),
+    [
+        (AlgorithmConfig(proximal="behaviour"), None, "response_logprobs",
+         "algorithm.proximal=behaviour needs the rollout logprobs of every sample; sample 3 has none"),
+        (AlgorithmConfig(is_level="sequence"), None, "response_logprobs",
+         "algorithm.is_level=sequence needs the rollout logprobs of every sample; sample 3 has none"),
+        (AlgorithmConfig(proximal="interpolate"), None, "", "algorithm.proximal=interpolate needs train_step's policy_version"),
+        (AlgorithmConfig(proximal="interpolate"), 1, "weight_versions",
+         "algorithm.proximal=interpolate needs the weight versions of every sample; sample 3 has none"),
+    ],
+)
+def test_off_policy_settings_name_what_a_sample_lacks(algo, policy_version, missing, message):
+    samples = random_samples(4)
+    for sample in samples:
+        sample.weight_versions = [1] * len(sample.response_ids)
+    if missing:
+        setattr(samples[3], missing, [])
+    with pytest.raises(ValueError, match=message):
+        check_off_policy_inputs(samples, algo, policy_version)
+    check_off_policy_inputs(samples, AlgorithmConfig(), None)  # recompute, no IS: nothing needed

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import time
-import uuid
 
 from loongsage.agentflow.router.chat_format import assistant_text, get_chat_format
 from loongsage.agentflow.router.config import RouterConfig
@@ -17,19 +15,20 @@ from loongsage.agentflow.router.messages import ChatRequest, TurnResult
 from loongsage.agentflow.router.openai_api import parse_chat_completion
 from loongsage.agentflow.router.store import TrajectoryStore
 from loongsage.agentflow.router.trajectory import Trajectory, Turn
-from loongsage.agentflow.router.turns import Generation, make_turn
+from loongsage.agentflow.router.turns import make_turn
+from loongsage.inference.activity import ActivityMeter
 from loongsage.inference.client import EngineClient, EngineError
+from loongsage.inference.resumable import UNVERSIONED, Generation, generate_resumable
 from loongsage.models import load_tokenizer, resolve_model_path
-
-UNVERSIONED = -1  # an engine whose weight version is not an integer ("default")
-
 
 class Router:
     """Tokenizer, chat format, engines and the trajectory store; `store.pop(id)` hands a finished
     trajectory to the controller (see export.to_samples). Request handling runs on one event loop."""
 
-    def __init__(self, cfg: RouterConfig, tokenizer=None):
+    def __init__(self, cfg: RouterConfig, tokenizer=None, activity: ActivityMeter | None = None):
         self.cfg = cfg
+        # Shared with the rollout side when the controller measures the engines' idle time.
+        self.activity = activity or ActivityMeter()
         self.api_key = cfg.api_key or secrets.token_urlsafe(32)
         self.model_names = cfg.model_names
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(resolve_model_path(cfg.model))
@@ -123,28 +122,11 @@ class Router:
         return self._max_context
 
     async def _generate(self, engine: EngineClient, prompt_ids: list[int], params: dict, max_new: int) -> Generation:
-        """One engine call, continued when the engine aborts it part-way (a weight update under
-        interruptible generation): the partial output becomes part of the next call's input, and
-        each token keeps the version that produced it."""
-        done = Generation()
-        for _ in range(self.cfg.max_resumes + 1):
-            rid = uuid.uuid4().hex
-            done.rids.append(rid)
-            started = time.perf_counter()
-            response = await _call_engine(engine, prompt_ids + done.output_ids,
-                                          {**params, "max_new_tokens": max_new - len(done.output_ids)}, rid)
-            done.seconds += time.perf_counter() - started
-            meta = response["meta_info"]
-            ids = list(response["output_ids"])
-            done.output_ids += ids
-            done.logprobs += [entry[0] for entry in meta.get("output_token_logprobs", [])[: len(ids)]]
-            done.versions += [_version_number(meta.get("weight_version"))] * len(ids)
-            done.finish = meta.get("finish_reason") or {"type": "stop"}
-            if len(done.rids) == 1:
-                done.cached_tokens = int(meta.get("cached_tokens", 0) or 0)
-            if done.finish.get("type") != "abort" or len(done.output_ids) >= max_new:
-                break
-        return done
+        async def call(input_ids: list[int], sampling_params: dict, rid: str) -> dict:
+            with self.activity.request():
+                return await _call_engine(engine, input_ids, sampling_params, rid)
+
+        return await generate_resumable(call, prompt_ids, params, max_new, self.cfg.max_resumes)
 
     def _token_logprobs(self, turn: Turn) -> list[tuple[str, float]]:
         return [(self._decode([t]), lp) for t, lp in zip(turn.output_ids, turn.output_logprobs)]
@@ -175,13 +157,6 @@ def _engine_context_limit(engine: EngineClient) -> int:
         if isinstance(info.get(key), int) and info[key] > 0:
             return info[key]
     raise RouterError(502, f"engine {engine.base_url} does not report its context limit; set router max_context")
-
-
-def _version_number(version) -> int:
-    try:
-        return int(version)
-    except (TypeError, ValueError):
-        return UNVERSIONED
 
 
 def _finish_reason(turn: Turn) -> str:

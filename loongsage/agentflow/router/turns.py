@@ -1,27 +1,14 @@
 """An engine's answer turned into a recorded turn and the assistant message the agent gets."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable
 
 from loongsage.agentflow.router.messages import Message, ToolCall
 from loongsage.agentflow.router.trajectory import PromptPlan, Turn
+from loongsage.inference.resumable import Generation
 
 Decode = Callable[..., str]  # decode(ids, skip_special_tokens=False) -> text
 Parse = Callable[[str], "tuple[str, list[ToolCall]]"]
-
-
-@dataclass
-class Generation:
-    """The engine's answer to one turn, stitched together across resumed aborts."""
-
-    output_ids: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
-    finish: dict = field(default_factory=dict)  # SGLang's finish_reason: {"type", "matched"?}
-    rids: list[str] = field(default_factory=list)
-    cached_tokens: int = 0
-    seconds: float = 0.0  # waiting on the engine, all calls together
 
 
 def make_turn(plan: PromptPlan, generation: Generation, decode: Decode, parse: Parse | None,

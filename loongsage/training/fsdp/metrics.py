@@ -17,12 +17,16 @@ class StepMetrics:
     is the global value and every rank returns the same metrics.
     """
 
-    KEYS = ("loss", "pg_loss", "entropy", "clip_frac", "kl", "mismatch_k3_kl", "mismatch_tokens", "tokens")
+    # Importance-weight stats that are token means: summed like clip_frac.
+    IS_MEANS = ("is_weight_mean", "is_clip_frac", "is_mask_frac")
+    KEYS = ("loss", "pg_loss", "entropy", "clip_frac", "kl", "mismatch_k3_kl", "mismatch_tokens", "tokens", *IS_MEANS)
 
-    def __init__(self, with_kl: bool):
+    def __init__(self, with_kl: bool, with_is: bool = False):
         self.values = dict.fromkeys(self.KEYS, 0.0)
         self.grad_norm = 0.0
-        self.with_kl = with_kl
+        self.with_kl, self.with_is = with_kl, with_is
+        # Extremes of the importance weights over micro-batches with trained tokens; none: 0.0.
+        self.is_max, self.is_min = -float("inf"), float("inf")
 
     def add_micro(
         self, micro: PackedBatch, result: MicroObjective, old: Tensor | None, weight: float, token_weight: float
@@ -35,11 +39,20 @@ class StepMetrics:
         v["clip_frac"] += result.clip_frac * token_weight
         tokens = float(micro.loss_mask.sum())
         v["tokens"] += tokens
+        if result.is_stats:
+            self._add_is(result.is_stats, token_weight, tokens)
         if micro.rollout_logprobs is None:
             return
         train_logprobs = result.logprobs if old is None else old
         v["mismatch_k3_kl"] += mismatch_k3_kl(train_logprobs, micro.rollout_logprobs, micro.loss_mask).item() * tokens
         v["mismatch_tokens"] += tokens
+
+    def _add_is(self, stats: dict[str, float], token_weight: float, tokens: float) -> None:
+        for key in self.IS_MEANS:
+            self.values[key] += stats[key] * token_weight
+        if tokens > 0:
+            self.is_max = max(self.is_max, stats["is_weight_max"])
+            self.is_min = min(self.is_min, stats["is_weight_min"])
 
     def reduce(self, num_minis: int, lr: float) -> dict[str, float]:
         totals = torch.tensor([self.values[key] for key in self.KEYS], dtype=torch.float64)
@@ -59,4 +72,16 @@ class StepMetrics:
             metrics["train/mismatch_k3_kl"] = total["mismatch_k3_kl"] / total["mismatch_tokens"]
         if self.with_kl:
             metrics["train/kl"] = total["kl"] / num_minis
+        if self.with_is:
+            metrics.update(self._reduce_is(total, num_minis))
+        return metrics
+
+    def _reduce_is(self, total: dict[str, float], num_minis: int) -> dict[str, float]:
+        # Max of the ranks' maxima and min of their minima, in one MAX reduce.
+        extremes = torch.tensor([self.is_max, -self.is_min], dtype=torch.float64)
+        dist.all_reduce(extremes, op=dist.ReduceOp.MAX)
+        is_max, is_min = extremes[0].item(), -extremes[1].item()
+        metrics = {f"train/{key}": total[key] / num_minis for key in self.IS_MEANS}
+        metrics["train/is_weight_max"] = is_max if is_max > -float("inf") else 0.0
+        metrics["train/is_weight_min"] = is_min if is_min < float("inf") else 0.0
         return metrics

@@ -1,7 +1,7 @@
 """The policy objective of one micro-batch, from the model's logits."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -13,8 +13,12 @@ from loongsage.algorithms.losses import (
     ppo_clip_loss,
     token_logprobs,
 )
+from loongsage.algorithms.off_policy import importance_weights, interpolated_proximal_logprobs
+from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch
 from loongsage.config.schema import AlgorithmConfig
+
+PROXIMAL_SOURCES = ("recompute", "interpolate", "behaviour")
 
 
 @dataclass
@@ -25,6 +29,7 @@ class MicroObjective:
     entropy: float
     clip_frac: float
     kl: float
+    is_stats: dict[str, float] = field(default_factory=dict)  # importance_weights' stats; empty without IS
 
 
 def micro_objective(
@@ -33,18 +38,25 @@ def micro_objective(
     old_logprobs: Tensor | None,
     ref_logprobs: Tensor | None,
     algo: AlgorithmConfig,
+    policy_versions: tuple[float, float] | None = None,
 ) -> MicroObjective:
     """PPO-clip loss (+ kl_coef * KL to the reference) - entropy_coef * entropy.
 
-    Without `old_logprobs` the batch is taken as on-policy for the current weights, so
-    the old logprobs are this very forward pass, detached: the same numbers a separate
-    no-grad pass would give, without paying for it.
+    The PPO ratio is taken against the proximal policy chosen by `algo.proximal` (see
+    `_proximal`); with `algo.is_level` set, each token's surrogate is also weighted by
+    pi_prox / pi_behav for the staleness of the weights that sampled it.
+    `policy_versions` = (proximal, current) weight versions, read by proximal=interpolate.
     """
     mask, mode = batch.loss_mask, algo.loss_aggregation
     logprobs = token_logprobs(logits, batch.targets)
-    old = logprobs.detach() if old_logprobs is None else old_logprobs
+    proximal = _proximal(logprobs.detach(), batch, old_logprobs, algo.proximal, policy_versions)
+    is_weights, is_stats = None, {}
+    if algo.is_level != "none":
+        is_weights, is_stats = importance_weights(
+            proximal, batch.rollout_logprobs, mask, algo.is_level, algo.is_mode, algo.is_low, algo.is_high
+        )
     pg_loss, info = ppo_clip_loss(
-        logprobs, old, batch.advantages, mask, algo.clip_low, algo.clip_high, mode
+        logprobs, proximal, batch.advantages, mask, algo.clip_low, algo.clip_high, mode, is_weights
     )
     loss = pg_loss
     kl = torch.zeros(())
@@ -62,7 +74,55 @@ def micro_objective(
         entropy=entropy.item(),
         clip_frac=info["clip_frac"],
         kl=kl.item(),
+        is_stats=is_stats,
     )
+
+
+def _proximal(
+    current: Tensor,
+    batch: PackedBatch,
+    old_logprobs: Tensor | None,
+    source: str,
+    policy_versions: tuple[float, float] | None,
+) -> Tensor:
+    """The logprobs the PPO ratio is taken against.
+
+    recompute:   the trainer's own, from before the step's first update (`old_logprobs`);
+                 without them the batch is on-policy for the current weights, so they are
+                 this very forward pass, detached: what a separate no-grad pass would give.
+    behaviour:   the rollout logprobs, whatever weights sampled them.
+    interpolate: between rollout and current logprobs by weight version (no forward pass).
+    """
+    if source == "recompute":
+        return current if old_logprobs is None else old_logprobs
+    if source == "behaviour":
+        return batch.rollout_logprobs
+    if source == "interpolate":
+        return interpolated_proximal_logprobs(batch.rollout_logprobs, current, batch.token_versions, *policy_versions)
+    raise ValueError(f"unknown algorithm.proximal={source!r}; valid: {', '.join(PROXIMAL_SOURCES)}")
+
+
+def check_off_policy_inputs(samples: list[Sample], algo: AlgorithmConfig, policy_version: int | None) -> None:
+    """Raise ValueError naming the setting when `algo` reads what a sample or the call lacks:
+    rollout logprobs (proximal behaviour/interpolate, importance weights), weight versions and
+    the trainer's policy_version (interpolate)."""
+    if algo.proximal not in PROXIMAL_SOURCES:
+        raise ValueError(f"unknown algorithm.proximal={algo.proximal!r}; valid: {', '.join(PROXIMAL_SOURCES)}")
+    needs = []
+    if algo.proximal != "recompute":
+        needs.append((f"algorithm.proximal={algo.proximal}", "response_logprobs", "rollout logprobs"))
+    if algo.is_level != "none":
+        needs.append((f"algorithm.is_level={algo.is_level}", "response_logprobs", "rollout logprobs"))
+    if algo.proximal == "interpolate":
+        needs.append(("algorithm.proximal=interpolate", "weight_versions", "weight versions"))
+        if policy_version is None:
+            raise ValueError(
+                "algorithm.proximal=interpolate needs train_step's policy_version (the trainer's weight version)"
+            )
+    for setting, name, what in needs:
+        for index, sample in enumerate(samples):
+            if not getattr(sample, name):
+                raise ValueError(f"{setting} needs the {what} of every sample; sample {index} has none")
 
 
 def supervised_objective(logits: Tensor, batch: PackedBatch) -> MicroObjective:

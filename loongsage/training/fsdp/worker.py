@@ -24,7 +24,7 @@ from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
 from loongsage.training.fsdp import checkpoint
 from loongsage.training.fsdp.metrics import StepMetrics
-from loongsage.training.fsdp.objective import micro_objective, supervised_objective
+from loongsage.training.fsdp.objective import check_off_policy_inputs, micro_objective, supervised_objective
 from loongsage.training.fsdp.optim import build_optimizer
 from loongsage.training.fsdp.parallel import (
     clip_grad_norm,
@@ -78,20 +78,27 @@ class TrainWorker:
         if dist.is_initialized():
             dist.destroy_process_group()
 
-    def train_step(self, samples: list[Sample]) -> dict[str, float]:
+    def train_step(self, samples: list[Sample], policy_version: int | None = None) -> dict[str, float]:
+        """`policy_version`: the weight version the trainer's weights are at the start of the
+        step (read by algorithm.proximal=interpolate)."""
+        check_off_policy_inputs(samples, self.algo, policy_version)
         minis = [
             [pack_samples(chunk) for chunk in split_micro_batches(mini, self.trainer.micro_batch_size)]
             for mini in split_even(samples, self.trainer.mini_batches, "trainer.mini_batches")
         ]
         # With a single optimizer step the batch is on-policy for the current weights, and
         # the update's own forward pass yields the old logprobs (see micro_objective).
-        # Otherwise they are all taken now, before the first update moves the weights.
-        olds = [self._logprobs(self.model, mini) if len(minis) > 1 else None for mini in minis]
+        # Otherwise recompute takes them all now, before the first update moves the weights;
+        # behaviour and interpolate need no such pass (sparing it is interpolate's point).
+        recompute = len(minis) > 1 and self.algo.proximal == "recompute"
+        olds = [self._logprobs(self.model, mini) if recompute else None for mini in minis]
         refs = [self._logprobs(self.ref_model, mini) if self.ref_model is not None else None for mini in minis]
         lr = self.scheduler.get_last_lr()[0]
-        sums = StepMetrics(with_kl=self.ref_model is not None)
-        for mini, old, ref in zip(minis, olds, refs):
-            self._optimizer_step(mini, old, ref, sums)
+        sums = StepMetrics(with_kl=self.ref_model is not None, with_is=self.algo.is_level != "none")
+        for index, (mini, old, ref) in enumerate(zip(minis, olds, refs)):
+            # Mini-batch k trains weights k / len(minis) of the way to the next version.
+            versions = None if policy_version is None else (policy_version, policy_version + index / len(minis))
+            self._optimizer_step(mini, old, ref, sums, policy_versions=versions)
         self.scheduler.step()
         self.step += 1
         return sums.reduce(num_minis=len(minis), lr=lr)
@@ -152,7 +159,7 @@ class TrainWorker:
 
     def _optimizer_step(
         self, micros: list[PackedBatch], olds: list[Tensor] | None, refs: list[Tensor] | None, sums: StepMetrics,
-        supervised: bool = False,
+        supervised: bool = False, policy_versions: tuple[float, float] | None = None,
     ) -> None:
         self.model.train()
         weights = global_shares(micros, "token_mean" if supervised else self.algo.loss_aggregation)
@@ -162,7 +169,8 @@ class TrainWorker:
             with grad_sync(self.model, enabled=index == len(micros) - 1):
                 logits = self._forward(self.model, micro)
                 result = (supervised_objective(logits, micro) if supervised
-                          else micro_objective(logits, micro, old, refs[index] if refs else None, self.algo))
+                          else micro_objective(logits, micro, old, refs[index] if refs else None, self.algo,
+                                               policy_versions))
                 # Ranks' gradients are averaged, so each rank scales by world_size to end
                 # with the global-batch loss, not the mean of per-rank losses.
                 (result.loss * (weights[index] * dist.get_world_size())).backward()

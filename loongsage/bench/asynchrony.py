@@ -1,0 +1,94 @@
+"""Synchronous vs fully asynchronous training on the same agentic workload, on this machine.
+
+    python -m loongsage.bench async [--model tiny] [--steps 8] [--prompts 4] [--group 4]
+                                    [--max-staleness 2] [--window window_gated] [--turns 3]
+    python -m loongsage.bench async --simulate [...]   # the GPU-cluster model, see async_simulation
+
+Both runs go through `launch.py` with the same recipe, seed and data: multi-turn episodes whose
+turns are a model call through the router and a command in the episode's own bubblewrap (or
+local) sandbox taking a long-tailed time (see async_workload). Only `run.mode` differs. Time
+is the training loop's (the sum of `timing/step_s`), so start-up, identical for both, is left
+out. Printed: both sides' loop time, the ratio, trainer and rollout idle ratios, staleness.
+
+Where the gain comes from: a synchronous step waits for its slowest episode (the tail of the
+environment latencies) while the trainer idles, and trains while no episode runs. Fully
+async keeps up to `(1 + max_staleness)` batches of episodes running, trains on the first
+groups to finish, and lets the slow ones finish during later steps.
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+WORKLOAD = "loongsage.bench.async_workload"
+
+
+def main(argv: list[str]) -> int:
+    if "--simulate" in argv:
+        from loongsage.bench import async_simulation
+
+        return async_simulation.main([a for a in argv if a != "--simulate"])
+    args = _parse(argv)
+    with tempfile.TemporaryDirectory(prefix="loongsage-bench-async-") as tmp:
+        sync = _run(args, Path(tmp) / "sync", ["run.mode=sync"])
+        fully = _run(args, Path(tmp) / "fully_async", ["run.mode=fully_async", f"pipeline.window={args.window}",
+                                                       f"pipeline.max_staleness={args.max_staleness}"])
+    print(f"model={args.model} steps={args.steps} batch={args.prompts}x{args.group} episodes of {args.turns} turns; "
+          f"fully_async: window={args.window} max_staleness={args.max_staleness}")
+    print(f"{'mode':12s} {'loop s':>8s} {'s/step':>7s} {'trainer idle':>13s} {'rollout idle':>13s} {'staleness':>10s} {'reward':>7s}")
+    for name, row in (("sync", sync), ("fully_async", fully)):
+        print(f"{name:12s} {row['loop_s']:8.1f} {row['loop_s'] / args.steps:7.2f} {row['trainer_idle']:13.2f} "
+              f"{row['rollout_idle']:13.2f} {row['staleness']:10.2f} {row['reward']:7.3f}")
+    print(f"ratio (sync / fully_async loop time): {sync['loop_s'] / fully['loop_s']:.2f}x")
+    return 0
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m loongsage.bench async")
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--group", type=int, default=4)
+    parser.add_argument("--turns", type=int, default=3)
+    parser.add_argument("--max-staleness", type=int, default=2)
+    parser.add_argument("--window", default="window_gated")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def _run(args: argparse.Namespace, run_dir: Path, mode: list[str]) -> dict[str, float]:
+    episodes = args.prompts * args.group * (1 + args.max_staleness)
+    overrides = [
+        "recipe=math_grpo", f"model={args.model}", f"run.dir={run_dir}", f"run.steps={args.steps}", f"run.seed={args.seed}",
+        f"run.save_every={args.steps + 1}", f"rollout.prompts_per_step={args.prompts}", f"rollout.group_size={args.group}",
+        "rollout.max_context=1024", f"trainer.micro_batch_size={args.group}", "trainer.lr=1e-5",
+        f"agent.name={WORKLOAD}:LatencyAgent", f"agent.max_concurrent={episodes}", f"rollout.max_running={episodes}",
+        f"data.source={WORKLOAD}:latency_tasks", f"+data.options.turns={args.turns}",
+        f"data.reward={WORKLOAD}:e_fraction_reward", "data.system_prompt=null", "logging.progress=false", *mode,
+    ]
+    result = subprocess.run([sys.executable, "launch.py", *overrides], cwd=Path(__file__).resolve().parents[2],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"the {mode[0]} run failed:\n{result.stderr[-3000:]}")
+    return _summary(run_dir, args.steps)
+
+
+def _summary(run_dir: Path, steps: int) -> dict[str, float]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    accumulator.Reload()
+
+    def values(tag: str) -> list[float]:
+        return [e.value for e in accumulator.Scalars(tag)] if tag in accumulator.Tags()["scalars"] else [0.0]
+
+    def mean(tag: str) -> float:
+        found = values(tag)
+        return sum(found) / len(found)
+
+    return {"loop_s": sum(values("timing/step_s")), "trainer_idle": mean("async/trainer_idle_ratio"),
+            "rollout_idle": mean("async/rollout_idle_ratio"), "staleness": mean("async/staleness_mean"),
+            "reward": mean("rollout/reward_mean")}

@@ -1,0 +1,189 @@
+"""Rollout that runs beside training (run.mode one_step_off and fully_async).
+
+A producer thread admits prompt groups whenever the staleness window allows, a pool runs
+them (single completions or agent episodes, through the same rollout source as the
+synchronous loop), and finished groups wait in the pipeline buffer until a training step
+takes them. At each weight update in-flight generation is either interrupted and continued
+with the new weights (partial rollout) or, without partial rollouts, waited for.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from typing import Any, Callable, Protocol
+
+import torch
+
+from loongsage.algorithms.advantages import informative_groups
+from loongsage.config import Config
+from loongsage.controller.pipeline import FinishedGroup, PipelineBuffer, TakeStats, ThreadedPipeline
+from loongsage.controller.rollout import RolloutGroup
+from loongsage.controller.windows import build_window
+from loongsage.sample import Sample
+
+log = logging.getLogger(__name__)
+
+
+class GroupSource(Protocol):
+    prompts: Any  # the prompt stream: state_dict() / load_state_dict()
+
+    def take_items(self, count: int) -> list[Any]: ...
+
+    def rollout_group(self, index: int, item: Any) -> list[Sample]: ...
+
+
+Position = tuple[dict, int]  # (prompt-stream state before a batch of items was taken, offset in it)
+
+
+class AsyncRollout:
+    """`pending` (from a checkpoint): positions of items that were taken from the prompt stream but
+    not trained when it was written; they run first, so a resumed run loses none and repeats none."""
+
+    def __init__(self, cfg: Config, source: GroupSource, rollout: RolloutGroup, first_index: int = 0,
+                 pending: list[Position] | None = None):
+        self.cfg = cfg.pipeline if cfg.run.mode == "fully_async" else _one_step_off(cfg.pipeline)
+        self.source = source
+        self.rollout = rollout
+        self.batch_size = cfg.rollout.prompts_per_step
+        max_inflight = self.cfg.max_inflight or self.batch_size * (1 + self.cfg.max_staleness)
+        buffer = PipelineBuffer(build_window(self.cfg.window, self.batch_size, self.cfg.max_staleness), max_inflight)
+        buffer.next_index = first_index  # seeds and ids continue across a resume
+        self.pipeline = ThreadedPipeline(buffer)
+        self._lock = threading.Lock()  # the prompt stream and the positions below
+        self._replay: list[Position] = [tuple(p) for p in pending or []]
+        self._taken: list[tuple[Position, Any]] = []  # items taken from the stream, not yet started
+        self._positions: dict[int, Position] = {}  # started and not yet trained or dropped
+        self._pool = ThreadPoolExecutor(max_inflight, thread_name_prefix="rollout-group")
+        self._producer = threading.Thread(target=self._produce, name="rollout-producer", daemon=True)
+        self._producer.start()
+
+    def take(self, version: int) -> tuple[list[Sample], dict[str, float]]:
+        """The next training batch for weights at `version` (blocks until it is ready), and the
+        pipeline's metrics for this step."""
+        groups, stats, _ = self.pipeline.take(version, self.cfg.batch_timeout_s)
+        with self._lock:
+            for index in [*(group.index for group in groups), *stats.dropped]:
+                self._positions.pop(index, None)
+        samples = [sample for group in groups for sample in group.payload]
+        if self.cfg.mask_stale_tokens:
+            samples = [mask_stale_tokens(sample) for sample in samples]
+        return samples, self._metrics(samples, stats, version)
+
+    def checkpoint_state(self) -> dict:
+        """The prompt stream's position and every item taken from it but not yet trained."""
+        with self._lock:
+            started = [position for _, position in sorted(self._positions.items())]
+            pending = [*self._replay, *started, *(position for position, _ in self._taken)]
+            return {"prompts": self.source.prompts.state_dict(), "pending": [[state, offset] for state, offset in pending]}
+
+    def update_weights(self, push: Callable[[], None]) -> None:
+        """Run `push` (which loads new weights into the engines) at a safe point for generation,
+        then let the window move on by one version."""
+        if self.cfg.partial_rollout:
+            with self.rollout.weight_update(interrupt=True):
+                push()
+        else:
+            self.pipeline.wait_until_idle(self.cfg.batch_timeout_s)
+            push()
+        self.pipeline.published()
+
+    def close(self) -> None:
+        self.pipeline.close()
+        self._producer.join(timeout=10)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _produce(self) -> None:
+        while (index := self.pipeline.start()) is not None:
+            try:
+                with self._lock:
+                    position, item = self._next_item()
+                    self._positions[index] = position
+                self._pool.submit(self._run_group, index, item)
+            except Exception as exc:  # the data source broke: nothing more can start
+                log.exception("rollout producer failed")
+                self.pipeline.fail(exc)
+                return
+
+    def _next_item(self) -> tuple[Position, Any]:
+        if self._replay:
+            position = self._replay.pop(0)
+            return position, self._item_at(position)
+        if not self._taken:
+            # Whole batches at a time, as the synchronous loop takes them: the same prompts in
+            # the same order, and a data mix's proportions held in every batch of items.
+            before = self.source.prompts.state_dict()
+            self._taken = [((before, offset), item) for offset, item in enumerate(self.source.take_items(self.batch_size))]
+        return self._taken.pop(0)
+
+    def _item_at(self, position: Position) -> Any:
+        state, offset = position
+        now = self.source.prompts.state_dict()
+        self.source.prompts.load_state_dict(state)
+        try:
+            return self.source.take_items(self.batch_size)[offset]
+        finally:
+            self.source.prompts.load_state_dict(now)
+
+    def _run_group(self, index: int, item: Any) -> None:
+        try:
+            samples = self.source.rollout_group(index, item)
+            if not samples:
+                raise RuntimeError(f"rollout group {index} produced no samples")
+            oldest, newest = _version_span(samples)
+        except Exception as exc:  # reported to the trainer, which stops the run with it
+            log.exception("rollout group %d failed", index)
+            self.pipeline.fail(exc)
+            return
+        keep = not self.cfg.filter_zero_variance or _informative(samples)
+        if not keep:
+            with self._lock:
+                self._positions.pop(index, None)
+        self.pipeline.finish(FinishedGroup(index, oldest, newest, samples, len(samples)), keep)
+
+    def _metrics(self, samples: list[Sample], stats: TakeStats, version: int) -> dict[str, float]:
+        buffer = self.pipeline.buffer
+        trained = [(v, m) for s in samples for v, m in zip(s.weight_versions, s.loss_mask or [1] * len(s.weight_versions))]
+        trained_tokens = sum(m for _, m in trained) or 1
+        return {
+            "async/staleness_mean": sum(stats.staleness) / len(stats.staleness),
+            "async/staleness_max": float(max(stats.staleness)),
+            "async/stale_token_frac": sum(m for v, m in trained if v < version) / trained_tokens,
+            "async/buffer_ready": float(len(buffer.ready)),
+            "async/running_groups": float(buffer.running),
+            "async/dropped_stale": float(len(stats.dropped)),
+            "async/dropped_total": float(buffer.dropped_stale),
+            "async/filtered_total": float(buffer.filtered),
+            "async/resumed_requests": float(sum(s.metadata.get("resumes", 0) for s in samples)),
+        }
+
+
+def mask_stale_tokens(sample: Sample) -> Sample:
+    """The sample with loss mask 0 on tokens generated by older weights than its newest token
+    (a partial rollout's tokens from before a weight update)."""
+    if not sample.weight_versions:
+        return sample
+    newest = max(sample.weight_versions)
+    mask = sample.loss_mask or [1] * len(sample.response_ids)
+    return replace(sample, loss_mask=[m if v == newest else 0 for m, v in zip(mask, sample.weight_versions)])
+
+
+def _version_span(samples: list[Sample]) -> tuple[int, int]:
+    """Versions of the oldest and newest trained token (all tokens if none is trained)."""
+    trained = [v for s in samples for v, m in zip(s.weight_versions, s.loss_mask or [1] * len(s.weight_versions)) if m]
+    versions = trained or [v for s in samples for v in s.weight_versions]
+    if not versions:
+        raise RuntimeError("the group's samples carry no token weight versions")
+    return min(versions), max(versions)
+
+
+def _informative(samples: list[Sample]) -> bool:
+    rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
+    return bool(informative_groups(rewards, torch.zeros(len(samples), dtype=torch.long)).any())
+
+
+def _one_step_off(cfg):
+    """one_step_off: the batch trained at step k was generated by the weights of step k - 1 and the
+    update waits for generation to finish, so every response comes from one version."""
+    return replace(cfg, window="window_gated", max_staleness=1, partial_rollout=False)

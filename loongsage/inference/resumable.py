@@ -1,0 +1,68 @@
+"""Interruptible generation, client side.
+
+Under partial rollouts a weight update pauses the engines, aborts what is in flight, loads the
+new weights and lets generation continue. An aborted `/generate` call is sent again with the
+tokens generated so far appended to its input, so nothing sampled is thrown away; every token
+keeps the version of the weights that produced it. Works the same against SGLang, whose abort
+also returns the partial output.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable
+
+UNVERSIONED = -1  # an engine whose weight version is not an integer ("default")
+
+# call(input_ids, sampling_params, rid) -> the engine's /generate response
+EngineCall = Callable[[list[int], dict, str], Awaitable[dict]]
+
+
+@dataclass
+class Generation:
+    """The engine's answer to one request, stitched together across resumed aborts."""
+
+    output_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    finish: dict = field(default_factory=dict)  # SGLang's finish_reason: {"type", "matched"?}
+    rids: list[str] = field(default_factory=list)
+    cached_tokens: int = 0
+    seconds: float = 0.0  # waiting on the engine, all calls together
+    text: str = ""  # the engine's decoded text of the last call only (callers that need it decode)
+
+    @property
+    def resumes(self) -> int:
+        return max(len(self.rids) - 1, 0)
+
+
+async def generate_resumable(call: EngineCall, prompt_ids: list[int], params: dict, max_new: int,
+                             max_resumes: int) -> Generation:
+    """`max_new` tokens at most after `prompt_ids`, continued after up to `max_resumes` aborts."""
+    done = Generation()
+    for _ in range(max_resumes + 1):
+        rid = uuid.uuid4().hex
+        done.rids.append(rid)
+        started = time.perf_counter()
+        response = await call(prompt_ids + done.output_ids, {**params, "max_new_tokens": max_new - len(done.output_ids)}, rid)
+        done.seconds += time.perf_counter() - started
+        meta = response["meta_info"]
+        ids = list(response["output_ids"])
+        done.output_ids += ids
+        done.logprobs += [entry[0] for entry in meta.get("output_token_logprobs", [])[: len(ids)]]
+        done.versions += [version_number(meta.get("weight_version"))] * len(ids)
+        done.finish = meta.get("finish_reason") or {"type": "stop"}
+        done.text = response.get("text", "")
+        if len(done.rids) == 1:
+            done.cached_tokens = int(meta.get("cached_tokens", 0) or 0)
+        if done.finish.get("type") != "abort" or len(done.output_ids) >= max_new:
+            break
+    return done
+
+
+def version_number(version) -> int:
+    try:
+        return int(version)
+    except (TypeError, ValueError):
+        return UNVERSIONED
