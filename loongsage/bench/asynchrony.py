@@ -43,6 +43,11 @@ def main(argv: list[str]) -> int:
         print(f"{name:12s} {row['loop_s']:8.1f} {row['loop_s'] / args.steps:7.2f} {row['trainer_idle']:13.2f} "
               f"{row['rollout_idle']:13.2f} {row['staleness']:10.2f} {row['reward']:7.3f}")
     print(f"ratio (sync / fully_async loop time): {sync['loop_s'] / fully['loop_s']:.2f}x")
+    print(f"where it comes from: in sync the trainer idles {sync['trainer_idle']:.0%} of each step, waiting for the "
+          f"slowest episode's tool calls, and the engines idle {sync['rollout_idle']:.0%} (tools running, or training); "
+          f"fully_async trains on the first groups to finish while up to {1 + args.max_staleness} batches of episodes run, "
+          f"so the trainer idles {fully['trainer_idle']:.0%} and the engines {fully['rollout_idle']:.0%}, with trainer and "
+          f"engines on their own cores (run.placement=auto)")
     return 0
 
 

@@ -17,7 +17,7 @@ CHOICES = {
     "algorithm.is_level": ("none", "token", "sequence", "geometric"),
     "algorithm.is_mode": ("truncate", "mask"),
     "run.mode": ("sync", "one_step_off", "fully_async"),
-    "run.placement": ("colocate", "disaggregated"),
+    "run.placement": ("auto", "colocate", "disaggregated"),
     "agent.export": ("concat", "per_turn"),
 }
 
@@ -28,7 +28,7 @@ class ConfigError(ValueError):
 
 def check(cfg: Config) -> None:
     problems = [*_choice_problems(cfg), *_range_problems(cfg), *_batch_problems(cfg), *_mix_problems(cfg),
-                *_window_problems(cfg)]
+                *_window_problems(cfg), *_placement_problems(cfg)]
     if problems:
         raise ConfigError("invalid config:\n" + "\n".join(f"  - {p}" for p in problems))
 
@@ -149,4 +149,14 @@ def _window_problems(cfg: Config) -> list[str]:
         build_window(cfg.pipeline.window, cfg.rollout.prompts_per_step, max(cfg.pipeline.max_staleness, 0))
     except (ValueError, TypeError) as exc:
         return [f"pipeline.window={cfg.pipeline.window!r}: {exc}"]
+    return []
+
+
+def _placement_problems(cfg: Config) -> list[str]:
+    from loongsage.cluster.cpu_placement import resolve_placement, split_cores
+
+    try:
+        split_cores(resolve_placement(cfg.run.placement, cfg.run.mode), cfg.trainer.world_size, cfg.rollout.num_engines)
+    except ValueError as exc:
+        return [str(exc)]
     return []

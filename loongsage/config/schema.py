@@ -160,6 +160,7 @@ class PipelineConfig:
     mask_stale_tokens: bool = False
     # Drop groups whose rewards are all equal (no GRPO signal) and generate more instead (DAPO's
     # dynamic sampling; the oversampling is implicit: rollout keeps going until a batch is full).
+    # In run.mode=sync the pipeline then runs the synchronous schedule (max_staleness 0).
     filter_zero_variance: bool = False
     # How long the trainer waits for a batch before the run fails with the pipeline's state.
     batch_timeout_s: float = 3600.0
@@ -186,8 +187,9 @@ class RunConfig:
     # the pipeline's staleness window bounds how far behind its tokens may be.
     mode: str = "sync"
     # colocate: trainer and engines share the devices and take turns (sync only);
-    # disaggregated: each has its own, so they can run at once.
-    placement: str = "disaggregated"
+    # disaggregated: each has its own (on a CPU machine: its own cores), so they can run at once.
+    # auto: colocate for sync, disaggregated otherwise.
+    placement: str = "auto"
     ray_address: Optional[str] = None
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 
 from loongsage.algorithms.advantages import grouped_advantages
+from loongsage.cluster.cpu_placement import resolve_placement, split_cores
 from loongsage.config import Config
 from loongsage.controller.agent_rollout import AgentRolloutSource
 from loongsage.controller.async_rollout import AsyncRollout
@@ -31,8 +32,10 @@ class Controller:
         self.run_dir = run_dir
         model_path = str(resolve_model_path(cfg.model.name))
         self.prompts = prompt_stream(cfg.data, load_tokenizer(model_path), cfg.run.seed)
-        self.rollout = RolloutGroup(cfg.rollout, model_path)
-        self.trainer = TrainGroup(model_path, cfg.trainer, cfg.algorithm, cfg.run.seed)
+        placement = resolve_placement(cfg.run.placement, cfg.run.mode)
+        trainer_cpus, engine_cpus = split_cores(placement, cfg.trainer.world_size, cfg.rollout.num_engines)
+        self.rollout = RolloutGroup(cfg.rollout, model_path, engine_cpus)
+        self.trainer = TrainGroup(model_path, cfg.trainer, cfg.algorithm, cfg.run.seed, cpus=trainer_cpus)
         self.source = self._rollout_source(model_path)
         self.step = 0
         self.weight_version = 0
@@ -46,7 +49,7 @@ class Controller:
             if self.step == 0 and self.cfg.warm_start.source:
                 self._warm_start(monitor)
                 monitor.start_clock()
-            if self.cfg.run.mode != "sync":
+            if self.cfg.run.mode != "sync" or self.cfg.pipeline.filter_zero_variance:
                 first_group = self.step * self.cfg.rollout.prompts_per_step
                 self.async_rollout = AsyncRollout(self.cfg, self.source, self.rollout, first_group, self._pending_items)
             self._idle_clock = IdleClock(self.rollout.activity)

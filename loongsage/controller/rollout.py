@@ -21,7 +21,8 @@ MAX_RESUMES = 64  # weight updates one response may live through; the staleness 
 
 
 class RolloutGroup:
-    def __init__(self, cfg: RolloutConfig, model_path: str):
+    def __init__(self, cfg: RolloutConfig, model_path: str, cpus: list[list[int]] | None = None):
+        """`cpus`: the cores of each engine (disaggregated placement); None: all cores."""
         from loongsage.inference.embedded.actor import EmbeddedEngineActor
 
         self.cfg = cfg
@@ -34,7 +35,11 @@ class RolloutGroup:
             # Versions count trainer steps; the starting weights are version 0.
             "weight_version": "0",
         }
-        self.actors = [EmbeddedEngineActor.remote(model_path, engine_cfg) for _ in range(cfg.num_engines)]
+        self.actors = [
+            EmbeddedEngineActor.remote(model_path, {**engine_cfg, "num_threads": len(cpus[i]) if cpus else cfg.num_threads},
+                                       cpus[i] if cpus else None)
+            for i in range(cfg.num_engines)
+        ]
         # Engines load their weights while the caller goes on (e.g. to start the trainer).
         self._started = [actor.start.remote() for actor in self.actors]
         self.activity = ActivityMeter()

@@ -21,7 +21,9 @@ class TrainGroup:
     strategy) override the default of `trainer.num_threads` CPUs per worker.
     """
 
-    def __init__(self, model_path: str, cfg, algo, seed: int, ray_options: dict | None = None):
+    def __init__(self, model_path: str, cfg, algo, seed: int, ray_options: dict | None = None,
+                 cpus: list[list[int]] | None = None):
+        """`cpus`: the cores of each rank (disaggregated placement); None: all cores."""
         self.trainer = trainer_settings(cfg)
         self.algo = algo_settings(algo)
         self.step = 0
@@ -29,7 +31,7 @@ class TrainGroup:
         options = {"num_cpus": self.trainer.num_threads, **(ray_options or {})}
         actor = ray.remote(TrainWorker).options(**options)
         self.workers = [
-            actor.remote(str(model_path), self.trainer, self.algo, seed, rank)
+            actor.remote(str(model_path), self.trainer, self.algo, seed, rank, cpus[rank] if cpus else None)
             for rank in range(self.trainer.world_size)
         ]
         (address,) = self._gather("rendezvous_address", [self.workers[0].rendezvous_address.remote()])

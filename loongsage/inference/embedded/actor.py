@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ray
 
+from loongsage.cluster.cpu_placement import pin_this_process
 from loongsage.inference.embedded.engine import Engine, EngineConfig
 from loongsage.inference.embedded.server import EmbeddedServer
 
@@ -12,7 +13,9 @@ class EmbeddedEngineActor:
     """Ray starts workers with OMP_NUM_THREADS=1; set `engine_cfg["num_threads"]` to the CPUs the
     actor was given to use more."""
 
-    def __init__(self, model_path: str, engine_cfg: dict):
+    def __init__(self, model_path: str, engine_cfg: dict, cpus: list[int] | None = None):
+        if cpus:  # before the engine starts any thread: they all inherit it
+            pin_this_process(cpus)
         self.model_path = str(model_path)
         # Validate in the constructor so a bad key fails at actor creation, not at start().
         self.cfg = EngineConfig.from_dict(engine_cfg)

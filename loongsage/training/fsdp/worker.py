@@ -18,6 +18,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from loongsage import transfer
+from loongsage.cluster.cpu_placement import pin_this_process
 from loongsage.algorithms.losses import token_logprobs
 from loongsage.models import load_causal_lm
 from loongsage.sample import Sample
@@ -42,8 +43,11 @@ COLLECTIVE_TIMEOUT = timedelta(minutes=30)
 
 
 class TrainWorker:
-    def __init__(self, model_path: str, trainer: TrainerConfig, algo: AlgorithmConfig, seed: int, rank: int):
-        torch.set_num_threads(trainer.num_threads)
+    def __init__(self, model_path: str, trainer: TrainerConfig, algo: AlgorithmConfig, seed: int, rank: int,
+                 cpus: list[int] | None = None):
+        if cpus:  # disaggregated placement: this rank's own cores, one thread each
+            pin_this_process(cpus)
+        torch.set_num_threads(len(cpus) if cpus else trainer.num_threads)
         self.model_path = Path(model_path)
         self.trainer, self.algo = trainer, algo
         self.seed, self.rank = seed, rank
