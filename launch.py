@@ -8,6 +8,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
+from loongsage.cluster.ray_token import ensure_ray_token
 from loongsage.config import ConfigError, register, to_config
 
 register()
@@ -15,6 +16,9 @@ register()
 
 @hydra.main(version_base=None, config_path="recipes", config_name="config")
 def main(cfg: DictConfig) -> None:
+    # Inside a Slurm job the Ray this run starts takes a per-job token; Ray reads it when it is
+    # first imported, so it is chosen before anything imports Ray (here or in a submitit job).
+    ensure_ray_token()
     try:
         config = to_config(cfg)
     except ConfigError as error:

@@ -17,6 +17,8 @@ CHOICES = {
     "algorithm.is_level": ("none", "token", "sequence", "geometric"),
     "algorithm.is_mode": ("truncate", "mask"),
     "run.mode": ("sync", "one_step_off", "fully_async"),
+    "cluster.name": ("local", "slurm"),
+    "cluster.container.runtime": ("none", "apptainer", "enroot", "pyxis"),
     "run.placement": ("auto", "colocate", "disaggregated"),
     "agent.export": ("concat", "per_turn"),
 }
@@ -28,7 +30,7 @@ class ConfigError(ValueError):
 
 def check(cfg: Config) -> None:
     problems = [*_choice_problems(cfg), *_range_problems(cfg), *_batch_problems(cfg), *_mix_problems(cfg),
-                *_window_problems(cfg), *_placement_problems(cfg)]
+                *_window_problems(cfg), *_placement_problems(cfg), *_roles_problems(cfg)]
     if problems:
         raise ConfigError("invalid config:\n" + "\n".join(f"  - {p}" for p in problems))
 
@@ -86,6 +88,11 @@ def _range_problems(cfg: Config) -> list[str]:
         (cfg.run.placement != "colocate" or cfg.run.mode == "sync",
          f"run.placement=colocate needs run.mode=sync (got {cfg.run.mode}): colocated trainer and engines take turns "
          f"on the same devices, so rollout cannot overlap training; use run.placement=disaggregated"),
+        (cfg.cluster.nodes >= 1, f"cluster.nodes={cfg.cluster.nodes} must be >= 1"),
+        (cfg.cluster.gpus_per_node >= 0, f"cluster.gpus_per_node={cfg.cluster.gpus_per_node} must be >= 0"),
+        (cfg.cluster.time_limit_min >= 1, f"cluster.time_limit_min={cfg.cluster.time_limit_min} must be >= 1"),
+        (cfg.cluster.container.runtime == "none" or bool(cfg.cluster.container.image),
+         f"cluster.container.runtime={cfg.cluster.container.runtime} needs cluster.container.image"),
         (cfg.run.steps >= 1, f"run.steps={cfg.run.steps} must be >= 1"),
         (cfg.run.save_every >= 1, f"run.save_every={cfg.run.save_every} must be >= 1"),
         (cfg.logging.rollouts_per_step >= 0, f"logging.rollouts_per_step={cfg.logging.rollouts_per_step} must be >= 0"),
@@ -160,3 +167,11 @@ def _placement_problems(cfg: Config) -> list[str]:
     except ValueError as exc:
         return [str(exc)]
     return []
+
+
+def _roles_problems(cfg: Config) -> list[str]:
+    # gpus >= 0, tp >= 1, rollout.gpus divisible by tp, colocate counts; whether the roles fit the
+    # allocation is only known once Ray is up (loongsage.cluster.roles.partition).
+    from loongsage.cluster.roles import config_problems
+
+    return config_problems(cfg.roles)

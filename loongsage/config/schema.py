@@ -194,6 +194,61 @@ class RunConfig:
 
 
 @dataclass
+class RoleConfig:
+    # Devices this role gets from the allocation; 0 everywhere: the local machine, not partitioned.
+    gpus: int = 0
+
+
+@dataclass
+class RolloutRoleConfig(RoleConfig):
+    # Tensor-parallel size of one engine: tp consecutive devices on one node (an engine never spans nodes).
+    tp: int = 1
+
+
+@dataclass
+class RolesConfig:
+    """Which devices of a multi-GPU allocation each role gets (loongsage.cluster.roles)."""
+
+    trainer: RoleConfig = field(default_factory=RoleConfig)
+    rollout: RolloutRoleConfig = field(default_factory=RolloutRoleConfig)
+    teacher: RoleConfig = field(default_factory=RoleConfig)
+    # Trainer and rollout share the same devices (and take turns on them).
+    colocate: bool = False
+
+
+@dataclass
+class ContainerConfig:
+    # none | apptainer | enroot | pyxis: how each task of the job runs inside `image`.
+    runtime: str = "none"
+    image: str = ""
+    # host_path:container_path pairs (the repository and the run dir need to be reachable).
+    mounts: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ClusterConfig:
+    """Where the run executes (config group `cluster`: local, slurm, or a site file)."""
+
+    # local: this machine, Ray started here. slurm: inside a Slurm allocation (through
+    # `-m hydra/launcher=slurm` or `sbatch slurm/loongsage.sbatch`); the head node starts Ray
+    # across the allocation and runs the controller.
+    name: str = "local"
+    nodes: int = 1
+    gpus_per_node: int = 0
+    cpus_per_task: int = 0  # 0: Slurm's default
+    mem_gb: int = 0  # 0: Slurm's default
+    partition: str = ""
+    account: str = ""
+    time_limit_min: int = 60
+    container: ContainerConfig = field(default_factory=ContainerConfig)
+    # Shell lines run at the start of the job on the head node (modules, venv, env vars).
+    setup: list[str] = field(default_factory=list)
+    # Seconds between Slurm's warning signal (USR2) and the time limit: time to checkpoint.
+    signal_delay_s: int = 120
+    ray_timeout_s: float = 300.0
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -205,3 +260,5 @@ class Config:
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    roles: RolesConfig = field(default_factory=RolesConfig)

@@ -12,6 +12,9 @@ SCHEMA_NAME = "loongsage_schema"
 
 def register() -> None:
     ConfigStore.instance().store(name=SCHEMA_NAME, node=Config)
+    # `${none_if_empty:${cluster.partition}}`: launcher keys that must be absent, not "".
+    if not OmegaConf.has_resolver("none_if_empty"):
+        OmegaConf.register_new_resolver("none_if_empty", lambda value: None if value in ("", None, 0) else value)
 
 
 def to_config(cfg: DictConfig) -> Config:

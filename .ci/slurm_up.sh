@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Start (or confirm) a real one-node Slurm cluster for the tests in tests/slurm/.
+#
+# Everything lives in one private dir (LOONGSAGE_SLURM_DIR, default /tmp/loongsage-slurm):
+# config, state, spool, pid and log files, the munge socket and two fake GPU device files.
+# Idempotent: when the cluster is already up it only prints the export line again.
+# stdout carries exactly one line for callers to eval:
+#     eval "$(bash .ci/slurm_up.sh)"    # -> export SLURM_CONF=<dir>/slurm.conf
+# Progress and errors go to stderr. Must run as root (SlurmUser=root, munged, mknod).
+set -euo pipefail
+
+DIR="${LOONGSAGE_SLURM_DIR:-/tmp/loongsage-slurm}"
+CTLD_PORT="${LOONGSAGE_SLURM_CTLD_PORT:-16817}"
+SLURMD_PORT="${LOONGSAGE_SLURM_D_PORT:-16818}"
+KEY=/etc/munge/munge.key
+CONF="$DIR/slurm.conf"
+export SLURM_CONF="$CONF"
+
+say() { echo "slurm_up: $*" >&2; }
+
+install_packages() {
+    if command -v slurmctld >/dev/null && command -v slurmd >/dev/null \
+        && command -v sinfo >/dev/null && command -v munged >/dev/null; then
+        return
+    fi
+    say "installing slurm-wlm and munge"
+    # stdout is reserved for the export line callers eval.
+    apt-get update -qq >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null
+}
+
+# The daemon NAME is running: its pid file names a live process of that name (not a reused pid).
+alive() { [[ -f "$DIR/$1.pid" ]] && [[ "$(cat "/proc/$(cat "$DIR/$1.pid")/comm" 2>/dev/null)" == "$1" ]]; }
+
+# Compact state (%t): a node whose slurmd has not registered reads "idle*", not "idle".
+node_state() { sinfo -h -N -n localhost -o %t 2>/dev/null | head -n1; }
+
+# Up means: all three daemons alive and the node usable (jobs may be running on it).
+cluster_up() {
+    alive munged && alive slurmctld && alive slurmd || return 1
+    case "$(node_state)" in
+        idle | mix | alloc | comp) return 0 ;;
+        *) return 1 ;;
+    esac
+}
+
+make_munge_key() {
+    if [[ -f "$KEY" ]]; then return; fi
+    say "creating $KEY"
+    mkdir -p /etc/munge
+    dd if=/dev/urandom of="$KEY" bs=1 count=1024 status=none
+    # Owned by the user our munged runs as (root). The Debian package's own key belongs to
+    # user munge; munged --force accepts that with a warning in munged.log.
+    chown root:root "$KEY"
+    chmod 0400 "$KEY"
+}
+
+# Fake GPUs: character devices with /dev/null's numbers. slurmd rejects plain files
+# ("not a valid character or block device"), so where mknod is not permitted (some
+# containers) fall back to links to two existing harmless devices.
+make_fake_gpus() {
+    local i targets=(/dev/null /dev/zero)
+    for i in 0 1; do
+        [[ -e "$DIR/fakegpu$i" ]] && continue
+        mknod "$DIR/fakegpu$i" c 1 3 2>/dev/null || {
+            say "mknod not permitted; fakegpu$i links to ${targets[$i]}"
+            ln -sf "${targets[$i]}" "$DIR/fakegpu$i"
+        }
+    done
+}
+
+# Memory Slurm may hand out: half of what is available now, in whole GB, at least 1 GB.
+# slurmd reports total memory, so any value below it registers cleanly.
+real_memory_mb() {
+    local avail_kb
+    avail_kb=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
+    local mb=$(( avail_kb / 1024 / 2 / 1000 * 1000 ))
+    (( mb < 1000 )) && mb=1000
+    echo "$mb"
+}
+
+write_config() {
+    local cpus mem
+    cpus=$(nproc)
+    mem=$(real_memory_mb)
+    cat >"$CONF" <<EOF
+# Written by .ci/slurm_up.sh: a one-node test cluster; every path is under $DIR.
+ClusterName=loongsage-ci
+SlurmctldHost=localhost
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$DIR/munge.socket
+CredType=cred/munge
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
+StateSaveLocation=$DIR/state
+SlurmdSpoolDir=$DIR/spool
+SlurmctldPidFile=$DIR/slurmctld.pid
+SlurmdPidFile=$DIR/slurmd.pid
+SlurmctldLogFile=$DIR/slurmctld.log
+SlurmdLogFile=$DIR/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+# Without a default every job would claim the whole node's memory and jobs could not share it.
+DefMemPerCPU=$(( mem / cpus ))
+ReturnToService=2
+MpiDefault=none
+# No mail on this node; the default MailProg is missing and slurmctld logs an error for it.
+MailProg=/bin/true
+GresTypes=gpu
+NodeName=localhost NodeHostname=$(hostname -s) CPUs=$cpus RealMemory=$mem Gres=gpu:2 State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+EOF
+    cat >"$DIR/gres.conf" <<EOF
+Name=gpu File=$DIR/fakegpu[0-1]
+EOF
+}
+
+start_daemons() {
+    # Clean the previous run's leftovers so the daemons start from a known state.
+    rm -f "$DIR/munge.socket" "$DIR/munge.socket.lock"
+    # munged returns once its socket is ready; slurmd retries registering until slurmctld answers.
+    munged --force --socket="$DIR/munge.socket" --key-file="$KEY" \
+        --pid-file="$DIR/munged.pid" --log-file="$DIR/munged.log" --seed-file="$DIR/munged.seed" >&2
+    # -c: cold start, forget jobs of an earlier run.
+    slurmctld -f "$CONF" -c >&2
+    slurmd -f "$CONF" -N localhost >&2
+}
+
+show_logs_and_fail() {
+    say "ERROR: $1"
+    local f
+    for f in munged.log slurmctld.log slurmd.log; do
+        echo "----- $DIR/$f (last 30 lines) -----" >&2
+        tail -n 30 "$DIR/$f" >&2 2>/dev/null || echo "(missing)" >&2
+    done
+    exit 1
+}
+
+wait_until_idle() {
+    local timeout_s=60 waited=0 state=""
+    while (( waited < timeout_s )); do
+        state=$(node_state)
+        [[ "$state" == idle ]] && return 0
+        alive slurmd || show_logs_and_fail "slurmd exited during startup"
+        alive slurmctld || show_logs_and_fail "slurmctld exited during startup"
+        sleep 1
+        waited=$(( waited + 1 ))
+    done
+    show_logs_and_fail "node 'localhost' not idle after ${timeout_s}s (sinfo state: '${state:-no answer}')"
+}
+
+main() {
+    [[ $(id -u) -eq 0 ]] || { say "ERROR: must run as root"; exit 1; }
+    install_packages
+    mkdir -p "$DIR/state" "$DIR/spool"
+    # munged refuses a socket dir that others can write to.
+    chmod 0755 "$DIR"
+    if cluster_up; then
+        say "already up ($CONF)"
+    else
+        # Whatever is half-running belongs to an older config: stop it before rewriting.
+        LOONGSAGE_SLURM_DIR="$DIR" bash "$(dirname "$0")/slurm_down.sh" >&2
+        make_munge_key
+        make_fake_gpus
+        write_config
+        start_daemons
+        wait_until_idle
+        say "up: node localhost idle, partition debug ($CONF)"
+    fi
+    echo "export SLURM_CONF=$CONF"
+}
+
+main "$@"

@@ -1,0 +1,285 @@
+"""Ray across a Slurm allocation: the head node starts the Ray head, every other node joins it
+through srun, the driver waits until every node and GPU has registered, and everything is torn
+down on exit or failure.
+
+Ports come from the job id, so two jobs sharing a node do not collide, and are checked free
+before use. Pure helpers (allocation from the environment, ports, what is missing) are apart
+from the process plumbing so they can be tested without Slurm.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PORTS_PER_JOB = 200  # the named ports below, then Ray's worker ports
+FIRST_PORT = 10000
+JOB_SLOTS = (65000 - FIRST_PORT) // PORTS_PER_JOB
+
+
+@dataclass(frozen=True)
+class Allocation:
+    job_id: str
+    nodes: tuple[str, ...]  # hostnames, head first
+    gpus_per_node: int
+    cpus_per_node: int
+
+    @property
+    def head(self) -> str:
+        return self.nodes[0]
+
+
+@dataclass(frozen=True)
+class RayPorts:
+    gcs: int
+    node_manager: int
+    object_manager: int
+    client_server: int
+    dashboard: int
+    dashboard_agent_grpc: int
+    dashboard_agent_listen: int
+    metrics_export: int
+    runtime_env_agent: int
+    min_worker: int
+    max_worker: int
+
+    def start_args(self, head: bool) -> list[str]:
+        args = [f"--node-manager-port={self.node_manager}", f"--object-manager-port={self.object_manager}",
+                f"--dashboard-agent-grpc-port={self.dashboard_agent_grpc}",
+                f"--dashboard-agent-listen-port={self.dashboard_agent_listen}",
+                f"--metrics-export-port={self.metrics_export}", f"--runtime-env-agent-port={self.runtime_env_agent}",
+                f"--min-worker-port={self.min_worker}", f"--max-worker-port={self.max_worker}"]
+        if head:
+            args += [f"--port={self.gcs}", f"--ray-client-server-port={self.client_server}",
+                     f"--dashboard-port={self.dashboard}"]
+        return args
+
+
+def allocation_from_env(env: dict[str, str] | None = None, expand=None) -> Allocation:
+    """The Slurm allocation this process runs in, from the variables Slurm sets for a job."""
+    env = dict(os.environ if env is None else env)
+    missing = [key for key in ("SLURM_JOB_ID", "SLURM_JOB_NODELIST") if not env.get(key)]
+    if missing:
+        raise RuntimeError(f"not inside a Slurm job: {', '.join(missing)} unset (run through sbatch, srun or submitit)")
+    nodes = tuple((expand or expand_hostlist)(env["SLURM_JOB_NODELIST"]))
+    return Allocation(job_id=env["SLURM_JOB_ID"], nodes=nodes, gpus_per_node=_gpus_on_node(env),
+                      cpus_per_node=int(env.get("SLURM_CPUS_ON_NODE", os.cpu_count() or 1)))
+
+
+def check_allocation(allocation: Allocation, cluster) -> None:
+    """The allocation Slurm gave must be the one `cluster.*` asks for, or the role arithmetic
+    would plan for devices that are not there."""
+    problems = []
+    if len(allocation.nodes) != cluster.nodes:
+        problems.append(f"cluster.nodes={cluster.nodes} but the job has {len(allocation.nodes)} node(s) "
+                        f"({', '.join(allocation.nodes)})")
+    if cluster.gpus_per_node and allocation.gpus_per_node < cluster.gpus_per_node:
+        problems.append(f"cluster.gpus_per_node={cluster.gpus_per_node} but the job has {allocation.gpus_per_node} per node")
+    if problems:
+        raise RuntimeError(f"job {allocation.job_id}: " + "; ".join(problems) +
+                           f". Submit with `sbatch --nodes={cluster.nodes} --gpus-per-node={cluster.gpus_per_node} ...` "
+                           f"or through `python launch.py -m ... hydra/launcher=slurm`, which sizes the job from cluster.*")
+
+
+def expand_hostlist(hostlist: str) -> list[str]:
+    """Slurm's compressed host list as names: a plain comma list directly, anything with ranges
+    (`gpu[01-04,07]`) through `scontrol show hostnames`, the one parser of them we trust."""
+    if "[" not in hostlist:
+        return [name for name in hostlist.split(",") if name]
+    out = subprocess.run(["scontrol", "show", "hostnames", hostlist], capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def ray_ports(job_id: str) -> RayPorts:
+    """A block of ports for this job, from its id."""
+    base = FIRST_PORT + (int("".join(ch for ch in job_id if ch.isdigit()) or 0) % JOB_SLOTS) * PORTS_PER_JOB
+    return RayPorts(gcs=base, node_manager=base + 1, object_manager=base + 2, client_server=base + 3,
+                    dashboard=base + 4, dashboard_agent_grpc=base + 5, dashboard_agent_listen=base + 6,
+                    metrics_export=base + 7, runtime_env_agent=base + 8, min_worker=base + 10,
+                    max_worker=base + PORTS_PER_JOB - 1)
+
+
+def busy_ports(ports: RayPorts, host: str = "127.0.0.1") -> list[int]:
+    """The named ports something already listens on (another job, a stale Ray)."""
+    named = [ports.gcs, ports.node_manager, ports.object_manager, ports.client_server, ports.dashboard,
+             ports.dashboard_agent_grpc, ports.dashboard_agent_listen, ports.metrics_export, ports.runtime_env_agent]
+    busy = []
+    for port in named:
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, port))
+            except OSError:
+                busy.append(port)
+    return busy
+
+
+def missing_resources(expected: Allocation, nodes: list[dict]) -> list[str]:
+    """What has not registered yet: one line per node that is absent or short of GPUs.
+    `nodes` as `ray.nodes()` gives them (only alive ones count). Nodes are matched by hostname;
+    a Slurm node whose name is an alias (NodeName differs from NodeHostname) takes an alive node
+    left unmatched."""
+    alive = [node for node in nodes if node.get("Alive")]
+    gpus = {_short(node.get("NodeManagerHostname")): node.get("Resources", {}).get("GPU", 0) for node in alive}
+    unmatched = [name for name in gpus if name not in {_short(host) for host in expected.nodes}]
+    problems = []
+    for host in expected.nodes:
+        name = _short(host) if _short(host) in gpus else (unmatched.pop(0) if unmatched else None)
+        if name is None:
+            problems.append(f"{host}: not registered")
+        elif gpus[name] < expected.gpus_per_node:
+            problems.append(f"{host}: {gpus[name]:g} of {expected.gpus_per_node} GPUs registered")
+    return problems
+
+
+@dataclass
+class RayCluster:
+    """The Ray processes this job started; `stop()` ends them all."""
+
+    allocation: Allocation
+    ports: RayPorts
+    head_ip: str
+    processes: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        return f"{self.head_ip}:{self.ports.gcs}"
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        # Not `ray stop`: it would end every Ray of this user on the node, other jobs' too. A
+        # `ray start --block` ends its own node's processes when it is terminated.
+        _forget_address(self.address)
+
+
+def start_ray(allocation: Allocation, timeout_s: float = 300.0, ray_cmd: str | None = None) -> RayCluster:
+    """Start the head here and a worker on every other node, then wait for all of them."""
+    ray_cmd = ray_cmd or ray_cli()
+    ports = ray_ports(allocation.job_id)
+    busy = busy_ports(ports)
+    if busy:
+        raise RuntimeError(f"Ray ports {busy} of job {allocation.job_id} are in use on {socket.gethostname()}; "
+                           f"is another Ray running here? (`ray stop`)")
+    head_ip = routable_ip()
+    # Ray's CPU count is a scheduling token here as on a laptop (actors share the node's cores),
+    # so give enough for every actor to be placed even when the job asked for few CPUs.
+    resources = [f"--num-gpus={allocation.gpus_per_node}", f"--num-cpus={max(allocation.cpus_per_node, 8)}"]
+    # A fresh token per job: only this job's processes (which inherit the environment, srun
+    # included) can talk to its Ray, even on a node another user's job shares. Ray reads the
+    # mode when it is imported, so this process must not have imported it yet.
+    if "ray" in sys.modules and os.environ.get("RAY_AUTH_MODE") != "token":
+        raise RuntimeError("start_ray must run before this process imports ray (Ray reads RAY_AUTH_MODE at "
+                           "import); call loongsage.cluster.ray_token.ensure_ray_token() first")
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_urlsafe(32))
+    cluster = RayCluster(allocation, ports, head_ip)
+    try:
+        cluster.processes.append(subprocess.Popen(
+            [ray_cmd, "start", "--head", "--block", "--disable-usage-stats", "--include-dashboard=false",
+             f"--node-ip-address={head_ip}", *resources, *ports.start_args(head=True)]))
+        _wait_for_port(head_ip, ports.gcs, timeout_s, cluster.processes[0])
+        for node in allocation.nodes[1:]:
+            cluster.processes.append(subprocess.Popen(
+                ["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", node, ray_cmd, "start", "--block",
+                 "--disable-usage-stats", f"--address={cluster.address}", *resources, *ports.start_args(head=False)]))
+        wait_for_nodes(cluster, timeout_s)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def wait_for_nodes(cluster: RayCluster, timeout_s: float) -> None:
+    import ray
+
+    ray.init(address=cluster.address, log_to_driver=False)
+    deadline = time.monotonic() + timeout_s
+    while problems := missing_resources(cluster.allocation, ray.nodes()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Ray did not come up on the whole allocation within {timeout_s:.0f} s: "
+                               + "; ".join(problems))
+        time.sleep(1.0)
+
+
+def _wait_for_port(host: str, port: int, timeout_s: float, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"`ray start --head` exited with code {process.returncode} before listening on {host}:{port}")
+        with socket.socket() as sock:
+            if sock.connect_ex((host, port)) == 0:
+                return
+        time.sleep(0.5)
+    raise TimeoutError(f"the Ray head did not listen on {host}:{port} within {timeout_s:.0f} s")
+
+
+def _forget_address(address: str) -> None:
+    """`ray start` records its address for later `ray.init()` calls on this machine; once this
+    Ray is gone, a stale record would make them try to join a dead cluster."""
+    record = Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "ray" / "ray_current_cluster"
+    try:
+        if record.read_text().strip() == address:
+            record.unlink()
+    except OSError:
+        pass
+
+
+def routable_ip() -> str:
+    """This node's address on the network other nodes reach it by (the hostname may resolve to
+    127.0.0.1 through /etc/hosts). Connecting a UDP socket sends nothing."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(("10.254.254.254", 1))
+            return sock.getsockname()[0]
+        except OSError:
+            return socket.gethostbyname(socket.gethostname())
+
+
+def ray_cli() -> str:
+    """The `ray` command of this Python environment (a venv need not be on PATH)."""
+    beside = Path(sys.executable).parent / "ray"
+    return str(beside) if beside.exists() else "ray"
+
+
+def _gpus_on_node(env: dict[str, str]) -> int:
+    if env.get("SLURM_GPUS_ON_NODE"):
+        return int(env["SLURM_GPUS_ON_NODE"])
+    visible = env.get("CUDA_VISIBLE_DEVICES", "")
+    return len([d for d in visible.split(",") if d.strip()])
+
+
+def _short(host: str | None) -> str:
+    return (host or "").split(".")[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m loongsage.cluster.bootstrap`: inside a Slurm job, bring Ray up on the whole
+    allocation, print what registered, and tear it down (a check of the bootstrap path)."""
+    allocation = allocation_from_env()
+    cluster = start_ray(allocation)
+    import ray  # only now: see start_ray
+
+    try:
+        resources = ray.cluster_resources()
+        print(f"ray up on job {allocation.job_id}: {len(ray.nodes())} node(s) {', '.join(allocation.nodes)}; "
+              f"GPU {resources.get('GPU', 0):g} CPU {resources.get('CPU', 0):g}; head {cluster.address}", flush=True)
+    finally:
+        ray.shutdown()
+        cluster.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
