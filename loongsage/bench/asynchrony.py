@@ -78,17 +78,17 @@ def _run(args: argparse.Namespace, run_dir: Path, mode: list[str]) -> dict[str, 
                             capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"the {mode[0]} run failed:\n{result.stderr[-3000:]}")
-    return _summary(run_dir, args.steps)
+    return _summary(run_dir)
 
 
-def _summary(run_dir: Path, steps: int) -> dict[str, float]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    accumulator = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
-    accumulator.Reload()
+def _summary(run_dir: Path) -> dict[str, float]:
+    from validate.scalars import read_scalar
 
     def values(tag: str) -> list[float]:
-        return [e.value for e in accumulator.Scalars(tag)] if tag in accumulator.Tags()["scalars"] else [0.0]
+        try:
+            return list(read_scalar(run_dir, tag).values())
+        except KeyError:  # staleness is logged by the asynchronous modes only
+            return [0.0]
 
     def mean(tag: str) -> float:
         found = values(tag)
