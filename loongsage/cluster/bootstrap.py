@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from loongsage.cluster.container import check_container, command_prefix, srun_options
+from loongsage.config.schema import ContainerConfig
 
 PORTS_PER_JOB = 200  # the named ports below, then Ray's worker ports
 FIRST_PORT = 10000
@@ -58,6 +62,31 @@ class RayPorts:
             args += [f"--port={self.gcs}", f"--ray-client-server-port={self.client_server}",
                      f"--dashboard-port={self.dashboard}"]
         return args
+
+
+# Slurm's warning signal reaches every process of a job step (and srun passes it on to its
+# tasks); only the controller acts on it. An ignored signal stays ignored across exec.
+IGNORE_USR2 = 'trap "" USR2; exec "$@"'
+
+
+def ignoring_usr2(argv: list[str], name: str) -> list[str]:
+    """`argv` run so that it and what it starts ignore SIGUSR2; `name` shows in bash's messages."""
+    return ["bash", "-c", IGNORE_USR2, name, *argv]
+
+
+def head_command(ray_args: list[str]) -> list[str]:
+    """The Ray head, started here by the controller (so already inside its container)."""
+    return ignoring_usr2(ray_args, "ray-head")
+
+
+def worker_command(node: str, ray_args: list[str], container: ContainerConfig, workdir: str) -> list[str]:
+    """The srun that starts one other node's Ray inside cluster.container."""
+    payload = ignoring_usr2(ray_args, "ray-worker")
+    prefix = command_prefix(container, workdir)
+    if prefix:
+        # The runtime's own process is in the step too: it must outlive the signal it may forward.
+        payload = ignoring_usr2([*prefix, *payload], "ray-container")
+    return ["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", node, *srun_options(container, workdir), *payload]
 
 
 def allocation_from_env(env: dict[str, str] | None = None, expand=None) -> Allocation:
@@ -164,9 +193,17 @@ class RayCluster:
         _forget_address(self.address)
 
 
-def start_ray(allocation: Allocation, timeout_s: float = 300.0, ray_cmd: str | None = None) -> RayCluster:
-    """Start the head here and a worker on every other node, then wait for all of them."""
+def start_ray(allocation: Allocation, timeout_s: float = 300.0, ray_cmd: str | None = None,
+              container: ContainerConfig | None = None) -> RayCluster:
+    """Start the head here and a worker on every other node (inside `container`, cluster.container;
+    the controller runs in it already), then wait for all of them."""
     ray_cmd = ray_cmd or ray_cli()
+    container = container or ContainerConfig()
+    check_container(container)
+    if len(allocation.nodes) > 1 and shutil.which("srun") is None:
+        raise RuntimeError(f"srun is not on PATH (cluster.container.runtime={container.runtime}): the controller "
+                           f"starts Ray on the other {len(allocation.nodes) - 1} node(s) with srun, so a container "
+                           f"image needs Slurm's client, its config and the munge socket (for pyxis also its plugin)")
     ports = ray_ports(allocation.job_id)
     busy = busy_ports(ports)
     if busy:
@@ -186,14 +223,14 @@ def start_ray(allocation: Allocation, timeout_s: float = 300.0, ray_cmd: str | N
     os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_urlsafe(32))
     cluster = RayCluster(allocation, ports, head_ip)
     try:
-        cluster.processes.append(subprocess.Popen(
+        cluster.processes.append(subprocess.Popen(head_command(
             [ray_cmd, "start", "--head", "--block", "--disable-usage-stats", "--include-dashboard=false",
-             f"--node-ip-address={head_ip}", *resources, *ports.start_args(head=True)]))
+             f"--node-ip-address={head_ip}", *resources, *ports.start_args(head=True)])))
         _wait_for_port(head_ip, ports.gcs, timeout_s, cluster.processes[0])
+        worker_args = [ray_cmd, "start", "--block", "--disable-usage-stats", f"--address={cluster.address}",
+                       *resources, *ports.start_args(head=False)]
         for node in allocation.nodes[1:]:
-            cluster.processes.append(subprocess.Popen(
-                ["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", node, ray_cmd, "start", "--block",
-                 "--disable-usage-stats", f"--address={cluster.address}", *resources, *ports.start_args(head=False)]))
+            cluster.processes.append(subprocess.Popen(worker_command(node, worker_args, container, os.getcwd())))
         wait_for_nodes(cluster, timeout_s)
     except BaseException:
         cluster.stop()

@@ -3,12 +3,18 @@ asks for (nodes, GPUs, partition, account, time, signal), and whether the curren
 
 The sbatch template uses it so that `sbatch slurm/loongsage.sbatch recipe=X cluster.nodes=4`
 gets 4 nodes: a job of another shape resubmits the script with these options and ends.
+
+`python -m loongsage.cluster.job_shape --container [overrides...]`: the words, one a line, that go
+in front of `python launch.py` so that the controller runs inside cluster.container (none for
+runtime none).
 """
 from __future__ import annotations
 
 import os
 import sys
 from pathlib import Path
+
+from loongsage.cluster.container import command_prefix, srun_options
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
@@ -25,8 +31,10 @@ def compose_cluster(overrides: list[str]):
 
 
 def sbatch_options(cluster) -> list[str]:
+    # B: the warning goes to the batch shell, which the template replaces with the controller
+    # (without it Slurm signals only job steps: here, the Ray workers on other nodes).
     options = [f"--nodes={cluster.nodes}", "--ntasks-per-node=1", f"--time={cluster.time_limit_min}",
-               f"--signal=USR2@{cluster.signal_delay_s}", "--requeue"]
+               f"--signal=B:USR2@{cluster.signal_delay_s}", "--requeue"]
     if cluster.gpus_per_node:
         options.append(f"--gpus-per-node={cluster.gpus_per_node}")
     if cluster.cpus_per_task:
@@ -47,8 +55,32 @@ def job_matches(cluster, environ=None) -> bool:
     return nodes == cluster.nodes and gpus >= cluster.gpus_per_node
 
 
+def controller_words(cluster, workdir: str, environ) -> list[str]:
+    """pyxis: a one-task srun step on this node, the head (the batch script runs on the job's
+    first node, which the controller takes for the head); apptainer, enroot: their command."""
+    options = srun_options(cluster.container, workdir)
+    if not options:
+        return command_prefix(cluster.container, workdir)
+    node = environ.get("SLURMD_NODENAME")
+    return ["srun", "--nodes=1", "--ntasks=1", *(["-w", node] if node else []), *options]
+
+
 def main(argv: list[str]) -> int:
-    """Prints the sbatch options; exit 0 when this job already has that shape, 3 when not."""
+    """Prints the sbatch options; exit 0 when this job already has that shape, 3 when not.
+    With --container first: prints the words that run the controller inside cluster.container.
+    With --setup first: prints cluster.setup, the shell lines to run before the controller."""
+    if argv[:1] == ["--setup"]:
+        print("\n".join(compose_cluster(argv[1:]).setup))
+        return 0
+    if argv[:1] == ["--container"]:
+        cluster = compose_cluster(argv[1:])
+        try:
+            words = controller_words(cluster, os.getcwd(), os.environ)
+        except ValueError as error:
+            print(f"loongsage: {error}", file=sys.stderr)
+            return 2
+        print("\n".join(words))
+        return 0
     cluster = compose_cluster(argv)
     print(" ".join(sbatch_options(cluster)))
     return 0 if job_matches(cluster) else 3

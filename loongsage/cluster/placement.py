@@ -115,7 +115,7 @@ def _match_bundles(groups: dict[str, object], nodes: dict[str, list[int]],
     import ray
 
     # max_calls=0: the probe touches no GPU memory, so one worker may serve every bundle in turn.
-    probe = ray.remote(num_gpus=1, num_cpus=0, max_calls=0)(_report_gpu_ids)
+    probe = ray.remote(num_gpus=1, num_cpus=0, max_calls=0)(ray_gpu_ids)
     probes = {node: [probe.options(scheduling_strategy=_strategy(group, index)).remote()
                      for index in range(len(nodes[node]))] for node, group in groups.items()}
     bundle_of = {}
@@ -145,7 +145,8 @@ def _strategy(group, index: int):
     return PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=index)
 
 
-def _report_gpu_ids() -> list:
+def ray_gpu_ids() -> list:
+    """The GPU ids Ray gave the calling task or actor (ints where Ray reports numbers)."""
     import ray
 
     return [int(gpu) if str(gpu).isdigit() else gpu for gpu in ray.get_gpu_ids()]

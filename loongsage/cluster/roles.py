@@ -3,7 +3,8 @@
 The allocation's devices are sorted by (node, device). The trainer takes the first
 `roles.trainer.gpus` of them, then come the rollout engines (each engine `roles.rollout.tp`
 consecutive devices on one node), then the teachers; so trainer shards and engines stay
-node-local. With `roles.colocate` the rollout engines sit on the trainer's own devices.
+node-local. Colocated (`run.placement`, see `cpu_placement.resolve_placement`) the rollout
+engines sit on the trainer's own devices.
 
 A request that cannot be met fails here, before anything starts, with the arithmetic in the
 message. `placement.py` turns the plan into Ray placement groups.
@@ -17,6 +18,8 @@ from typing import Iterable, NamedTuple
 from loongsage.config.schema import RolesConfig
 
 ROLES = ("trainer", "rollout", "teacher")
+# How messages name colocation: `auto` resolves to it for run.mode=sync.
+COLOCATED = "colocated placement (run.placement=colocate, or auto with run.mode=sync)"
 
 
 class NodeGpus(NamedTuple):
@@ -73,8 +76,9 @@ def is_partitioned(roles: RolesConfig) -> bool:
     return any(getattr(roles, role).gpus > 0 for role in ROLES)
 
 
-def config_problems(roles: RolesConfig) -> list[str]:
-    """What is wrong with the roles on their own, before any allocation is known."""
+def config_problems(roles: RolesConfig, colocate: bool) -> list[str]:
+    """What is wrong with the roles on their own, before any allocation is known. `colocate`:
+    run.placement resolved to colocate (trainer and rollout share devices)."""
     problems = [f"roles.{role}.gpus={getattr(roles, role).gpus} must be >= 0"
                 for role in ROLES if getattr(roles, role).gpus < 0]
     rollout = roles.rollout
@@ -83,9 +87,10 @@ def config_problems(roles: RolesConfig) -> list[str]:
     elif rollout.gpus % rollout.tp:
         problems.append(f"roles.rollout.gpus={rollout.gpus} must be divisible by roles.rollout.tp={rollout.tp} "
                         f"(each rollout engine takes tp devices)")
-    if roles.colocate and roles.trainer.gpus != rollout.gpus:
-        problems.append(f"roles.colocate=true puts the rollout engines on the trainer's devices: roles.trainer.gpus="
-                        f"{roles.trainer.gpus} must equal roles.rollout.gpus={rollout.gpus}")
+    if colocate and roles.trainer.gpus != rollout.gpus:
+        problems.append(f"{COLOCATED} puts the rollout engines on the trainer's devices: roles.trainer.gpus="
+                        f"{roles.trainer.gpus} must equal roles.rollout.gpus={rollout.gpus}; set both to the same "
+                        f"number, or run.placement=disaggregated")
     return problems
 
 
@@ -96,22 +101,23 @@ def allocation_from_ray(nodes: list[dict]) -> list[NodeGpus]:
             for node in nodes if node.get("Alive") and int(node.get("Resources", {}).get("GPU", 0)) > 0]
 
 
-def partition(allocation: Iterable[tuple[str, Iterable[int]]], roles: RolesConfig) -> RolePlan:
-    """Give each role its devices, or fail with the arithmetic of why they do not fit."""
-    problems = config_problems(roles)
+def partition(allocation: Iterable[tuple[str, Iterable[int]]], roles: RolesConfig, colocate: bool) -> RolePlan:
+    """Give each role its devices, or fail with the arithmetic of why they do not fit.
+    `colocate`: the rollout engines share the trainer's devices (run.placement resolved to colocate)."""
+    problems = config_problems(roles, colocate)
     if problems:
         raise ValueError("; ".join(problems))
     nodes = _sorted_nodes(allocation)
-    _check_total(nodes, roles)
+    _check_total(nodes, roles, colocate)
     devices = [(node.node, gpu) for node in nodes for gpu in node.gpus]
     trainer_gpus, rollout_gpus = roles.trainer.gpus, roles.rollout.gpus
-    rollout_start = 0 if roles.colocate else trainer_gpus
+    rollout_start = 0 if colocate else trainer_gpus
     teacher_start = rollout_start + rollout_gpus
     return RolePlan(
         trainer=tuple(Slot(node, (gpu,)) for node, gpu in devices[:trainer_gpus]),
         rollout=_engines(devices, rollout_start, rollout_gpus, roles.rollout.tp),
         teacher=tuple(Slot(node, (gpu,)) for node, gpu in devices[teacher_start:teacher_start + roles.teacher.gpus]),
-        colocate=roles.colocate,
+        colocate=colocate,
     )
 
 
@@ -131,12 +137,12 @@ def _sorted_nodes(allocation: Iterable[tuple[str, Iterable[int]]]) -> list[NodeG
     return sorted(nodes, key=lambda node: node_sort_key(node.node))
 
 
-def _check_total(nodes: list[NodeGpus], roles: RolesConfig) -> None:
+def _check_total(nodes: list[NodeGpus], roles: RolesConfig, colocate: bool) -> None:
     available = sum(len(node.gpus) for node in nodes)
     trainer, rollout, teacher = roles.trainer.gpus, roles.rollout.gpus, roles.teacher.gpus
-    if roles.colocate:
+    if colocate:
         needed = trainer + teacher
-        sum_text = (f"roles.colocate=true: roles.trainer.gpus (shared with roles.rollout) + roles.teacher.gpus = "
+        sum_text = (f"{COLOCATED}: roles.trainer.gpus (shared with roles.rollout) + roles.teacher.gpus = "
                     f"{trainer} + {teacher} = {needed}")
     else:
         needed = trainer + rollout + teacher

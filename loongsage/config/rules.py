@@ -30,7 +30,7 @@ class ConfigError(ValueError):
 
 def check(cfg: Config) -> None:
     problems = [*_choice_problems(cfg), *_range_problems(cfg), *_batch_problems(cfg), *_mix_problems(cfg),
-                *_window_problems(cfg), *_placement_problems(cfg), *_roles_problems(cfg)]
+                *_window_problems(cfg), *_placement_problems(cfg), *_roles_problems(cfg), *_container_problems(cfg)]
     if problems:
         raise ConfigError("invalid config:\n" + "\n".join(f"  - {p}" for p in problems))
 
@@ -161,7 +161,10 @@ def _window_problems(cfg: Config) -> list[str]:
 
 def _placement_problems(cfg: Config) -> list[str]:
     from loongsage.cluster.cpu_placement import resolve_placement, split_cores
+    from loongsage.cluster.roles import is_partitioned
 
+    if is_partitioned(cfg.roles):  # actors sit on their roles' devices, not pinned to this machine's cores
+        return []
     try:
         split_cores(resolve_placement(cfg.run.placement, cfg.run.mode), cfg.trainer.world_size, cfg.rollout.num_engines)
     except ValueError as exc:
@@ -170,8 +173,39 @@ def _placement_problems(cfg: Config) -> list[str]:
 
 
 def _roles_problems(cfg: Config) -> list[str]:
-    # gpus >= 0, tp >= 1, rollout.gpus divisible by tp, colocate counts; whether the roles fit the
-    # allocation is only known once Ray is up (loongsage.cluster.roles.partition).
-    from loongsage.cluster.roles import config_problems
+    # gpus >= 0, tp >= 1, rollout.gpus divisible by tp, colocated counts, and that the trainer ranks
+    # and engines fill their roles' devices; whether the roles fit the allocation is only known once
+    # Ray is up (loongsage.cluster.roles.partition).
+    from loongsage.cluster.cpu_placement import resolve_placement
+    from loongsage.cluster.roles import config_problems, is_partitioned
 
-    return config_problems(cfg.roles)
+    roles = cfg.roles
+    colocate = resolve_placement(cfg.run.placement, cfg.run.mode) == "colocate"
+    problems = config_problems(roles, colocate)
+    if problems or not is_partitioned(roles):
+        return problems
+    world_size, trainer_gpus = cfg.trainer.world_size, roles.trainer.gpus
+    if world_size != trainer_gpus:
+        fix = _either(("trainer.world_size", trainer_gpus), ("roles.trainer.gpus", world_size))
+        problems.append(f"trainer.world_size={world_size} must equal roles.trainer.gpus={trainer_gpus} (one trainer "
+                        f"rank per device once roles are partitioned); set {fix}")
+    engines, rollout_gpus, tp = cfg.rollout.num_engines, roles.rollout.gpus, roles.rollout.tp
+    if engines != rollout_gpus // tp:
+        fix = _either(("rollout.num_engines", rollout_gpus // tp), ("roles.rollout.gpus", engines * tp))
+        problems.append(f"rollout.num_engines={engines} must equal roles.rollout.gpus / roles.rollout.tp = "
+                        f"{rollout_gpus} / {tp} = {rollout_gpus // tp} (one engine per tp devices once roles are "
+                        f"partitioned); set {fix}")
+    return problems
+
+
+def _either(*settings: tuple[str, int]) -> str:
+    """The settings that would fix a mismatch, leaving out those that would set a count of 0."""
+    return " or ".join(f"{key}={value}" for key, value in settings if value >= 1)
+
+
+def _container_problems(cfg: Config) -> list[str]:
+    # image, mounts; an unknown runtime is already a choice problem.
+    from loongsage.cluster.container import RUNTIMES, container_problems
+
+    container = cfg.cluster.container
+    return container_problems(container) if container.runtime in RUNTIMES else []

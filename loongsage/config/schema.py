@@ -178,7 +178,9 @@ class LoggingConfig:
 class RunConfig:
     name: str = "run"
     steps: int = 50
-    dir: str = "runs/${run.name}/${now:%Y%m%d-%H%M%S}"
+    # The start time; in a Slurm job (cluster=slurm) the job id, which a requeued job keeps, so it
+    # finds its checkpoint.
+    dir: str = "runs/${run.name}/${run_stamp:${cluster.name}}"
     seed: int = 0
     resume: bool = False
     save_every: int = 10
@@ -212,8 +214,7 @@ class RolesConfig:
     trainer: RoleConfig = field(default_factory=RoleConfig)
     rollout: RolloutRoleConfig = field(default_factory=RolloutRoleConfig)
     teacher: RoleConfig = field(default_factory=RoleConfig)
-    # Trainer and rollout share the same devices (and take turns on them).
-    colocate: bool = False
+    # Whether trainer and rollout share devices is run.placement, the one knob for colocation.
 
 
 @dataclass

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import replace
 from typing import Any, Callable, Protocol
 
@@ -56,13 +57,15 @@ class AsyncRollout:
         self._taken: list[tuple[Position, Any]] = []  # items taken from the stream, not yet started
         self._positions: dict[int, Position] = {}  # started and not yet trained or dropped
         self._pool = ThreadPoolExecutor(max_inflight, thread_name_prefix="rollout-group")
+        self._running: set[Future] = set()
         self._producer = threading.Thread(target=self._produce, name="rollout-producer", daemon=True)
         self._producer.start()
 
-    def take(self, version: int) -> tuple[list[Sample], dict[str, float]]:
+    def take(self, version: int, stop: Callable[[], bool] = lambda: False) -> tuple[list[Sample], dict[str, float]]:
         """The next training batch for weights at `version` (blocks until it is ready), and the
-        pipeline's metrics for this step."""
-        groups, stats, _ = self.pipeline.take(version, self.cfg.batch_timeout_s)
+        pipeline's metrics for this step. Once `stop()` is true the wait ends with StepInterrupted
+        and every item stays pending (in `checkpoint_state`)."""
+        groups, stats, _ = self.pipeline.take(version, self.cfg.batch_timeout_s, stop)
         with self._lock:
             for index in [*(group.index for group in groups), *stats.dropped]:
                 self._positions.pop(index, None)
@@ -90,9 +93,16 @@ class AsyncRollout:
         self.pipeline.published()
 
     def close(self) -> None:
+        """Start nothing more; groups already running go on (see `wait_for_groups`)."""
         self.pipeline.close()
         self._producer.join(timeout=10)
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def wait_for_groups(self, timeout: float) -> int:
+        """Wait for running groups to end (they end fast once the engines are stopped); how many
+        are still running after `timeout`."""
+        _, running = futures_wait(list(self._running), timeout)
+        return len(running)
 
     def _produce(self) -> None:
         while (index := self.pipeline.start()) is not None:
@@ -100,7 +110,9 @@ class AsyncRollout:
                 with self._lock:
                     position, item = self._next_item()
                     self._positions[index] = position
-                self._pool.submit(self._run_group, index, item)
+                future = self._pool.submit(self._run_group, index, item)
+                self._running.add(future)
+                future.add_done_callback(self._running.discard)
             except Exception as exc:  # the data source broke: nothing more can start
                 log.exception("rollout producer failed")
                 self.pipeline.fail(exc)
@@ -133,7 +145,8 @@ class AsyncRollout:
                 raise RuntimeError(f"rollout group {index} produced no samples")
             oldest, newest = _version_span(samples)
         except Exception as exc:  # reported to the trainer, which stops the run with it
-            log.exception("rollout group %d failed", index)
+            if not self.pipeline.closed:  # once closed, the engines going away is what ended it
+                log.exception("rollout group %d failed", index)
             self.pipeline.fail(exc)
             return
         keep = not self.cfg.filter_zero_variance or _informative(samples)

@@ -1,16 +1,19 @@
 """The controller's loop: prompts -> rollout -> reward -> advantages -> train -> weight sync."""
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from loongsage.algorithms.advantages import grouped_advantages
-from loongsage.cluster.cpu_placement import resolve_placement, split_cores
+from loongsage.cluster.actor_placement import place_actors
 from loongsage.config import Config
 from loongsage.controller.agent_rollout import AgentRolloutSource
 from loongsage.controller.async_rollout import AsyncRollout
+from loongsage.controller.interruptible import StepInterrupted, call_interruptibly
 from loongsage.controller.checkpoint import latest_checkpoint, load_controller_state, save_checkpoint
 from loongsage.controller.metrics import rollout_metrics
 from loongsage.controller.monitor import Monitor
@@ -25,6 +28,8 @@ from loongsage.sample import Sample
 from loongsage.tasks.registry import get_data_source
 from loongsage.training.group import TrainGroup
 
+SHUTDOWN_WAIT_S = 30.0  # for rollout threads to end once the engines are stopped
+
 
 class Controller:
     def __init__(self, cfg: Config, run_dir: Path):
@@ -32,42 +37,76 @@ class Controller:
         self.run_dir = run_dir
         model_path = str(resolve_model_path(cfg.model.name))
         self.prompts = prompt_stream(cfg.data, load_tokenizer(model_path), cfg.run.seed)
-        placement = resolve_placement(cfg.run.placement, cfg.run.mode)
-        trainer_cpus, engine_cpus = split_cores(placement, cfg.trainer.world_size, cfg.rollout.num_engines)
-        self.rollout = RolloutGroup(cfg.rollout, model_path, engine_cpus)
-        self.trainer = TrainGroup(model_path, cfg.trainer, cfg.algorithm, cfg.run.seed, cpus=trainer_cpus)
+        self.placement = place_actors(cfg)
+        print(f"[loongsage] placement:\n{self.placement.describe()}", flush=True)
+        try:
+            self.rollout = RolloutGroup(cfg.rollout, model_path, self.placement.engine_cpus, self.placement.engine_options)
+            self.trainer = TrainGroup(model_path, cfg.trainer, cfg.algorithm, cfg.run.seed,
+                                      ray_options=self.placement.trainer_options, cpus=self.placement.trainer_cpus)
+        except BaseException:
+            self.placement.remove()
+            raise
         self.source = self._rollout_source(model_path)
         self.step = 0
         self.weight_version = 0
         self.async_rollout: AsyncRollout | None = None  # one_step_off / fully_async, started by run()
         self._pending_items: list = []  # taken by an asynchronous run's rollout, not trained when it saved
+        self._saved_step = -1
+        self._warm_started = False
+        self._abandoned: list[threading.Thread] = []  # rollouts given up when the run was stopped
         self._resume_if_possible()
 
-    def run(self) -> None:
+    def run(self, stop: Callable[[], bool] = lambda: False) -> bool:
+        """Train until run.steps (True), or until `stop()` turns true (Slurm's warning signal):
+        then the last finished step is saved, a step still waiting for its rollout is given up,
+        and the result is False. A step already training finishes first."""
         monitor = Monitor(self.cfg.logging, self.run_dir, self.cfg.run.steps, self.step)
         try:
-            if self.step == 0 and self.cfg.warm_start.source:
+            if self.cfg.warm_start.source and not self._warm_started:
                 self._warm_start(monitor)
+                self._warm_started = True
                 monitor.start_clock()
             if self.cfg.run.mode != "sync" or self.cfg.pipeline.filter_zero_variance:
                 first_group = self.step * self.cfg.rollout.prompts_per_step
                 self.async_rollout = AsyncRollout(self.cfg, self.source, self.rollout, first_group, self._pending_items)
             self._idle_clock = IdleClock(self.rollout.activity)
             while self.step < self.cfg.run.steps:
+                prompts_before = self.prompts.state_dict()
+                try:
+                    if stop():
+                        raise StepInterrupted("asked to stop between steps")
+                    samples, metrics = self._one_step(stop)
+                except StepInterrupted as interrupted:
+                    if interrupted.abandoned is not None:
+                        self._abandoned.append(interrupted.abandoned)
+                    self._save_on_stop(prompts_before)
+                    return False
                 self.step += 1
-                samples, metrics = self._one_step()
                 monitor.log(self.step, metrics, samples)
                 if self.step % self.cfg.run.save_every == 0 or self.step == self.cfg.run.steps:
                     self._save()
+            return True
         finally:
             monitor.close()
 
     def shutdown(self) -> None:
+        """Generation stops first, so rollout threads still running end fast and are waited for:
+        Ray ends the whole process if one of its threads calls it after ray.shutdown()."""
         if self.async_rollout is not None:
             self.async_rollout.close()
-        self.source.close()
         self.rollout.shutdown()
+        self.source.close()
+        still_running = []
+        for thread in self._abandoned:
+            thread.join(SHUTDOWN_WAIT_S)
+            if thread.is_alive():
+                still_running.append(thread.name)
+        if self.async_rollout is not None and self.async_rollout.wait_for_groups(SHUTDOWN_WAIT_S):
+            still_running.append("asynchronous rollout groups")
+        if still_running:
+            print(f"[loongsage] warning: still running at shutdown: {', '.join(still_running)}", flush=True)
         self.trainer.shutdown()
+        self.placement.remove()
 
     def _rollout_source(self, model_path: str):
         """Agent episodes through the router when an agent is configured, else one completion per sample."""
@@ -87,12 +126,16 @@ class Controller:
         warm_start(samples, ws, self.trainer.supervised_step, self.cfg.run.seed, log)
         self._sync_weights()
 
-    def _one_step(self) -> tuple[list[Sample], dict[str, float]]:
+    def _one_step(self, stop: Callable[[], bool]) -> tuple[list[Sample], dict[str, float]]:
+        """Step `self.step + 1`; StepInterrupted (nothing trained) when `stop()` turns true while
+        its batch is still being rolled out."""
         started = time.perf_counter()
         if self.async_rollout is not None:
-            samples, pipeline_metrics = self.async_rollout.take(self.weight_version)
+            samples, pipeline_metrics = self.async_rollout.take(self.weight_version, stop)
         else:
-            samples, pipeline_metrics = self.source.next_batch(self.step), {}
+            step = self.step + 1
+            samples = call_interruptibly(lambda: self.source.next_batch(step), stop, f"the rollout of step {step}")
+            pipeline_metrics = {}
         rolled_out = time.perf_counter()
         self._assign_advantages(samples)
         metrics = self.trainer.train_step(samples, policy_version=self.weight_version)
@@ -141,12 +184,26 @@ class Controller:
             push()
         self.source.on_weights_updated(self.weight_version)
 
-    def _save(self) -> None:
-        state = {"step": self.step, "weight_version": self.weight_version, "prompts": self.prompts.state_dict(), "pending": []}
+    def _save(self, prompts_state: dict | None = None) -> None:
+        """`prompts_state`: the stream's position after the last trained step, where the stream has
+        since moved on for a rollout that was given up (synchronous mode)."""
+        state = {"step": self.step, "weight_version": self.weight_version, "warm_started": self._warm_started,
+                 "prompts": prompts_state or self.prompts.state_dict(), "pending": []}
         if self.async_rollout is not None:
             # Rollout runs ahead of training: the stream's position alone would skip what is in flight.
             state.update(self.async_rollout.checkpoint_state())
         save_checkpoint(self.run_dir, self.step, state, self.trainer.save_checkpoint)
+        self._saved_step = self.step
+
+    def _save_on_stop(self, prompts_state: dict) -> None:
+        """The checkpoint a stopping run resumes from, unless its last step was just saved or it has
+        not trained at all (a finished warm start counts: step 0 with the warm-started weights)."""
+        started = time.perf_counter()
+        trained = self.step > 0 or self._warm_started
+        if trained and self._saved_step != self.step:
+            self._save(prompts_state)
+        where = f"at step {self.step}" if trained else "before training (nothing to save)"
+        print(f"[loongsage] stopping {where}: checkpoint written in {time.perf_counter() - started:.1f} s", flush=True)
 
     def _resume_if_possible(self) -> None:
         checkpoint = latest_checkpoint(self.run_dir)
@@ -156,7 +213,9 @@ class Controller:
             return
         state = load_controller_state(checkpoint)
         self.trainer.load_checkpoint(str(checkpoint / "trainer"))
-        self.step = state["step"]
+        self.step = self._saved_step = state["step"]
+        # Checkpoints from before the field existed are all of trained steps, after any warm start.
+        self._warm_started = state.get("warm_started", True)
         self.weight_version = state["weight_version"]
         self.prompts.load_state_dict(state["prompts"])
         self._pending_items = state.get("pending", [])

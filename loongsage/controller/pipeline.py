@@ -11,8 +11,9 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
+from loongsage.controller.interruptible import StepInterrupted, poll_timeout
 from loongsage.controller.windows import StalenessWindow
 
 
@@ -130,9 +131,12 @@ class ThreadedPipeline:
             self.error = self.error or error
             self._admit()
 
-    def take(self, version: int, timeout: float | None = None) -> tuple[list[FinishedGroup], TakeStats, float]:
-        """Block until a batch is ready: (batch, stats, seconds waited)."""
+    def take(self, version: int, timeout: float | None = None,
+             stop: Callable[[], bool] = lambda: False) -> tuple[list[FinishedGroup], TakeStats, float]:
+        """Block until a batch is ready: (batch, stats, seconds waited). `stop` is polled while
+        waiting; once it is true the wait ends with StepInterrupted and nothing is taken."""
         started = time.perf_counter()
+        deadline = None if timeout is None else started + timeout
         with self._cond:
             taken: list[tuple[list[FinishedGroup], TakeStats]] = []
 
@@ -142,7 +146,11 @@ class ThreadedPipeline:
                     taken.append(result)
                 return self._closed or self.error is not None or result is not None
 
-            self._cond.wait_for(batch_ready, timeout)
+            while not self._cond.wait_for(batch_ready, poll_timeout(deadline)):
+                if stop():
+                    raise StepInterrupted(f"stopped waiting for a training batch: {self.describe()}")
+                if deadline is not None and time.perf_counter() >= deadline:
+                    break
             if self.error is not None:
                 raise RuntimeError(f"rollout failed: {type(self.error).__name__}: {self.error}") from self.error
             if not taken:
@@ -171,6 +179,10 @@ class ThreadedPipeline:
             self._closed = True
             self._cond.notify_all()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _admit(self) -> None:
         """Start every group the window allows now (call with the lock held)."""
         while not (self._closed or self._holding) and (index := self.buffer.try_start()) is not None:
@@ -181,3 +193,4 @@ class ThreadedPipeline:
         b = self.buffer
         return (f"{b.running} running, {len(b.ready)} ready, {b.trained} trained, {b.dropped_stale} dropped as stale, "
                 f"{b.filtered} filtered, {b.failed} failed")
+

@@ -10,6 +10,7 @@ from functools import cached_property
 
 import ray
 
+from loongsage.cluster.actor_placement import check_one_per_actor
 from loongsage.config import RolloutConfig
 from loongsage.controller.prompts import Prompt
 from loongsage.inference.activity import ActivityMeter
@@ -21,9 +22,14 @@ MAX_RESUMES = 64  # weight updates one response may live through; the staleness 
 
 
 class RolloutGroup:
-    def __init__(self, cfg: RolloutConfig, model_path: str, cpus: list[list[int]] | None = None):
-        """`cpus`: the cores of each engine (disaggregated placement); None: all cores."""
+    def __init__(self, cfg: RolloutConfig, model_path: str, cpus: list[list[int]] | None = None,
+                 ray_options: list[dict] | None = None):
+        """`cpus`: the cores of each engine (disaggregated placement on this machine); None: all cores.
+        `ray_options`: each engine's Ray actor options (its placement-group seat); None: Ray's defaults."""
         from loongsage.inference.embedded.actor import EmbeddedEngineActor
+
+        check_one_per_actor(cpus, cfg.num_engines, "RolloutGroup cpus", "rollout.num_engines")
+        check_one_per_actor(ray_options, cfg.num_engines, "RolloutGroup ray_options", "rollout.num_engines")
 
         self.cfg = cfg
         self.model_path = model_path
@@ -36,8 +42,9 @@ class RolloutGroup:
             "weight_version": "0",
         }
         self.actors = [
-            EmbeddedEngineActor.remote(model_path, {**engine_cfg, "num_threads": len(cpus[i]) if cpus else cfg.num_threads},
-                                       cpus[i] if cpus else None)
+            EmbeddedEngineActor.options(**(ray_options[i] if ray_options else {})).remote(
+                model_path, {**engine_cfg, "num_threads": len(cpus[i]) if cpus else cfg.num_threads},
+                cpus[i] if cpus else None)
             for i in range(cfg.num_engines)
         ]
         # Engines load their weights while the caller goes on (e.g. to start the trainer).

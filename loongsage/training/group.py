@@ -5,6 +5,7 @@ from pathlib import Path
 
 import ray
 
+from loongsage.cluster.actor_placement import check_one_per_actor
 from loongsage.sample import Sample
 from loongsage.training.batch import check_samples, split_even
 from loongsage.training.checkpoint_dir import atomic_dir
@@ -17,22 +18,28 @@ from loongsage.training.settings import algo_settings, trainer_settings
 class TrainGroup:
     """Runs `trainer.world_size` TrainWorker actors as one data-parallel trainer.
 
-    Ray must already be initialized. `ray_options` (e.g. a placement-group scheduling
-    strategy) override the default of `trainer.num_threads` CPUs per worker.
+    Ray must already be initialized (see `loongsage.cluster.actor_placement.place_actors`).
     """
 
-    def __init__(self, model_path: str, cfg, algo, seed: int, ray_options: dict | None = None,
+    def __init__(self, model_path: str, cfg, algo, seed: int, ray_options: list[dict] | None = None,
                  cpus: list[list[int]] | None = None):
-        """`cpus`: the cores of each rank (disaggregated placement); None: all cores."""
+        """`ray_options`: each rank's Ray actor options (its placement-group seat); None: `trainer.num_threads`
+        CPUs each, wherever Ray likes. `cpus`: the cores of each rank (disaggregated placement on this
+        machine); None: all cores."""
         self.trainer = trainer_settings(cfg)
         self.algo = algo_settings(algo)
         self.step = 0
         self._broken: str | None = None
-        options = {"num_cpus": self.trainer.num_threads, **(ray_options or {})}
-        actor = ray.remote(TrainWorker).options(**options)
+        world_size = self.trainer.world_size
+        check_one_per_actor(ray_options, world_size, "TrainGroup ray_options", "trainer.world_size")
+        check_one_per_actor(cpus, world_size, "TrainGroup cpus", "trainer.world_size")
+        actor = ray.remote(TrainWorker)
         self.workers = [
-            actor.remote(str(model_path), self.trainer, self.algo, seed, rank, cpus[rank] if cpus else None)
-            for rank in range(self.trainer.world_size)
+            # A seat's num_cpus (its share of the bundle's one CPU) replaces num_threads: an actor
+            # asking for more than its bundle holds would never be scheduled.
+            actor.options(**{"num_cpus": self.trainer.num_threads, **(ray_options[rank] if ray_options else {})})
+            .remote(str(model_path), self.trainer, self.algo, seed, rank, cpus[rank] if cpus else None)
+            for rank in range(world_size)
         ]
         (address,) = self._gather("rendezvous_address", [self.workers[0].rendezvous_address.remote()])
         self._call_all("setup", *address)

@@ -14,3 +14,11 @@ def explode_on_sevens(response: str, label: str) -> float:
 def e_fraction(response: str, label: str) -> float:
     """Varies from response to response of a random model, so every group has an advantage."""
     return response.count("e") / max(len(response), 1)
+
+
+def slow_e_fraction(response: str, label: str) -> float:
+    """e_fraction after 0.25 s: a rollout phase long enough to be interrupted on purpose."""
+    import time
+
+    time.sleep(0.25)
+    return e_fraction(response, label)

@@ -28,14 +28,16 @@ def _assert_trained(run_dir) -> None:
 
 def test_hydra_submitit_launcher_runs_the_recipe_on_slurm(slurm, tmp_path):
     run_dir = tmp_path / "run"
+    # Two tasks, as submitit starts on a job of two nodes (one per node): only task 0 runs the controller.
     result = subprocess.run(
         [sys.executable, "launch.py", "-m", *TINY, "cluster=slurm", "hydra/launcher=slurm", f"run.dir={run_dir}",
-         f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+         f"hydra.sweep.dir={tmp_path / 'sweep'}", "hydra.launcher.tasks_per_node=2"],
         cwd=REPO_ROOT, env=_job_env(), capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
     _assert_trained(run_dir)
     logs = "".join(p.read_text() for p in (tmp_path / "sweep").rglob("*_log.*"))
-    assert re.search(r"\[loongsage\] ray up on 1 node\(s\) of job \d+", logs), logs[-3000:]
+    assert len(re.findall(r"\[loongsage\] ray up on 1 node\(s\) of job \d+", logs)) == 1, logs[-3000:]
+    assert "[loongsage] Slurm task 1: task 0 runs the controller" in logs, logs[-3000:]
 
 
 def test_sbatch_template_sizes_the_job_from_cluster_keys(slurm, tmp_path):

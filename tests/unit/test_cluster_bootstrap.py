@@ -2,9 +2,28 @@
 real inside a Slurm job in tests/slurm)."""
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 
-from loongsage.cluster.bootstrap import Allocation, allocation_from_env, missing_resources, ray_ports
+from loongsage.cluster import bootstrap
+from loongsage.cluster.bootstrap import (
+    Allocation,
+    allocation_from_env,
+    head_command,
+    ignoring_usr2,
+    missing_resources,
+    ray_ports,
+    start_ray,
+    worker_command,
+)
+from loongsage.config import ContainerConfig
+
+RAY_WORKER = ["/venv/bin/ray", "start", "--block", "--address=10.0.0.1:10000"]
+IGNORE = ["bash", "-c", 'trap "" USR2; exec "$@"']
 
 
 def _expand(hostlist: str) -> list[str]:
@@ -51,3 +70,59 @@ def test_a_slurm_alias_matches_the_node_that_registered():
     allocation = Allocation("7", ("localhost",), 2, 2)
     assert missing_resources(allocation, [_node("build-box-17", 2)]) == []
     assert missing_resources(allocation, []) == ["localhost: not registered"]
+
+
+def test_usr2_wrapper_leaves_the_program_ignoring_the_signal():
+    probe = [sys.executable, "-c",
+             "import signal, sys; sys.exit(signal.getsignal(signal.SIGUSR2) is not signal.SIG_IGN)"]
+    assert subprocess.run(ignoring_usr2(probe, "probe")).returncode == 0
+    # And it outlives the signal, sent to it as Slurm sends it to a job step's processes.
+    sleeper = subprocess.Popen(ignoring_usr2(["sleep", "30"], "probe"))
+    try:
+        deadline = time.monotonic() + 5
+        while _command_of(sleeper.pid) != "sleep":  # bash has exec'd it
+            assert time.monotonic() < deadline, "the wrapper did not exec its program"
+        sleeper.send_signal(signal.SIGUSR2)
+        with pytest.raises(subprocess.TimeoutExpired):
+            sleeper.wait(timeout=0.5)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def _command_of(pid: int) -> str:
+    return subprocess.run(["ps", "-o", "comm=", "-p", str(pid)], capture_output=True, text=True).stdout.strip()
+
+
+def test_head_is_ray_start_ignoring_usr2():
+    assert head_command(["ray", "start", "--head"]) == [*IGNORE, "ray-head", "ray", "start", "--head"]
+
+
+def test_worker_without_container_is_the_plain_srun_ignoring_usr2():
+    assert worker_command("gpu02", RAY_WORKER, ContainerConfig(), "/w") == [
+        "srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", "gpu02", *IGNORE, "ray-worker", *RAY_WORKER]
+
+
+def test_pyxis_worker_gets_the_container_as_srun_options():
+    pyxis = ContainerConfig("pyxis", "nvcr.io#nvidia/pytorch:25.01-py3", ["/lustre:/lustre"])
+    assert worker_command("gpu02", RAY_WORKER, pyxis, "/lustre/me") == [
+        "srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", "gpu02",
+        "--container-image=nvcr.io#nvidia/pytorch:25.01-py3", "--container-mounts=/lustre:/lustre",
+        "--container-workdir=/lustre/me", *IGNORE, "ray-worker", *RAY_WORKER]
+
+
+def test_apptainer_worker_runs_the_container_and_ray_both_ignoring_usr2():
+    apptainer = ContainerConfig("apptainer", "/images/run.sif", ["/lustre:/lustre"])
+    assert worker_command("gpu02", RAY_WORKER, apptainer, "/lustre/me") == [
+        "srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", "gpu02",
+        *IGNORE, "ray-container", "apptainer", "exec", "--nv", "--bind", "/lustre:/lustre", "/images/run.sif",
+        *IGNORE, "ray-worker", *RAY_WORKER]
+
+
+def test_workers_need_srun_where_the_controller_runs(monkeypatch):
+    monkeypatch.setattr(bootstrap.shutil, "which", lambda name: None)
+    allocation = Allocation("7", ("gpu01", "gpu02"), 8, 64)
+    with pytest.raises(RuntimeError, match=r"srun is not on PATH \(cluster.container.runtime=pyxis\).*other 1 node"):
+        start_ray(allocation, container=ContainerConfig("pyxis", "img"))
+    with pytest.raises(ValueError, match="cluster.container.image is empty"):
+        start_ray(allocation, container=ContainerConfig("pyxis", ""))

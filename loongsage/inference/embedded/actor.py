@@ -4,6 +4,7 @@ from __future__ import annotations
 import ray
 
 from loongsage.cluster.cpu_placement import pin_this_process
+from loongsage.cluster.placement import ray_gpu_ids
 from loongsage.inference.embedded.engine import Engine, EngineConfig
 from loongsage.inference.embedded.server import EmbeddedServer
 
@@ -27,6 +28,10 @@ class EmbeddedEngineActor:
             self.server = EmbeddedServer(Engine(self.model_path, self.cfg))
             self.server.start()
         return self.server.base_url
+
+    def gpu_ids(self) -> list:
+        """The GPU ids Ray gave this engine (diagnostics: did placement put it on its seat)."""
+        return ray_gpu_ids()
 
     def stop(self) -> None:
         if self.server is not None:

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from loongsage import transfer
 from loongsage.cluster.cpu_placement import pin_this_process
+from loongsage.cluster.placement import ray_gpu_ids
 from loongsage.algorithms.losses import token_logprobs
 from loongsage.models import load_causal_lm
 from loongsage.sample import Sample
@@ -60,6 +61,10 @@ class TrainWorker:
         with socket.socket() as sock:
             sock.bind(("", 0))
             return host, sock.getsockname()[1]
+
+    def gpu_ids(self) -> list:
+        """The GPU ids Ray gave this rank (diagnostics: did placement put it on its seat)."""
+        return ray_gpu_ids()
 
     def setup(self, master_addr: str, master_port: int) -> None:
         dist.init_process_group(

@@ -1,0 +1,88 @@
+"""Slurm's warning before a job's time limit or preemption (`--signal=USR2@<seconds>`), turned
+into a flag the controller looks at between steps, and the requeue after it has saved.
+
+The signal handler only records the time: the controller is usually blocked in a Ray call or
+holds locks, so checkpointing (or even printing) inside the handler could deadlock. The
+controller polls `requested` at safe points, saves, tears down, then calls `requeue()`.
+
+Under submitit (hydra/launcher=slurm) the handler we replace is submitit's; `requeue()` hands
+the signal back to it, so submitit pickles its resubmission, runs `scontrol requeue` and exits
+as it always does. Under the sbatch template there is no such handler and we requeue ourselves.
+Outside Slurm the signal still means "checkpoint and stop": `kill -USR2 <pid>`, then run the
+same command with the same run.dir to go on.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+from contextlib import contextmanager
+
+WARNING_SIGNAL = signal.SIGUSR2  # submitit's and our sbatch template's `--signal=USR2@...`
+
+
+class PreemptionNotice:
+    def __init__(self, signum: int = WARNING_SIGNAL):
+        self.signum = signum
+        self.received_at: float | None = None  # time.monotonic() of the first signal
+        self._previous = signal.getsignal(signum)
+        self._listening = False
+
+    @property
+    def requested(self) -> bool:
+        return self.received_at is not None
+
+    def seconds_since(self) -> float:
+        return 0.0 if self.received_at is None else time.monotonic() - self.received_at
+
+    @contextmanager
+    def ignored_by_children(self):
+        """Processes started inside this block (Ray's head, raylets, workers, actors) ignore the
+        signal: Slurm sends it to every process of the job step, and only the controller may act
+        on it. An ignored disposition survives fork and exec; a handler does not."""
+        signal.signal(self.signum, signal.SIG_IGN)
+        try:
+            yield
+        finally:
+            signal.signal(self.signum, self._on_signal if self._listening else self._previous)
+
+    def listen(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            raise RuntimeError("signal handlers can only be installed from the main thread")
+        self._listening = True
+        signal.signal(self.signum, self._on_signal)
+
+    def close(self) -> None:
+        """Put back the handler that was there before (submitit's, or the default)."""
+        self._listening = False
+        signal.signal(self.signum, self._previous)
+
+    def requeue(self) -> None:
+        """Put this Slurm job back in the queue, saying how. Call last: the job ends by it
+        (submitit exits the process; Slurm stops a requeued job's processes)."""
+        job_id = os.environ.get("SLURM_JOB_ID")
+        if callable(self._previous):
+            # submitit's checkpoint_and_try_requeue: it records the resubmission and requeues,
+            # then raises SystemExit; it decides whether another timeout is allowed (max_num_timeout).
+            _say(f"submitit requeues job {job_id} (the requeued job runs the same call again)")
+            self._previous(self.signum, None)
+            return
+        if not job_id:
+            _say("not a Slurm job: stopped; run the same command again to resume")
+            return
+        done = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            _say(f"`scontrol requeue {job_id}` failed ({done.stderr.strip() or done.returncode}); "
+                 f"submit the job again with the same run.dir to resume")
+            return
+        _say(f"requeued Slurm job {job_id}")
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.received_at is None:
+            self.received_at = time.monotonic()
+
+
+def _say(message: str) -> None:
+    print(f"[loongsage] {message}", flush=True)
