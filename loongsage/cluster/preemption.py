@@ -59,9 +59,10 @@ class PreemptionNotice:
         self._listening = False
         signal.signal(self.signum, self._previous)
 
-    def requeue(self) -> None:
+    def requeue(self, max_requeues: int) -> None:
         """Put this Slurm job back in the queue, saying how. Call last: the job ends by it
-        (submitit exits the process; Slurm stops a requeued job's processes)."""
+        (submitit exits the process; Slurm stops a requeued job's processes). `max_requeues`
+        (cluster.max_requeues) bounds our own requeues; submitit applies its max_num_timeout."""
         job_id = os.environ.get("SLURM_JOB_ID")
         if callable(self._previous):
             # submitit's checkpoint_and_try_requeue: it records the resubmission and requeues,
@@ -71,6 +72,11 @@ class PreemptionNotice:
             return
         if not job_id:
             _say("not a Slurm job: stopped; run the same command again to resume")
+            return
+        restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
+        if restarts >= max_requeues:
+            _say(f"not requeued: job {job_id} has been requeued {restarts} times (cluster.max_requeues={max_requeues}); "
+                 f"submit it again with the same run.dir to go on")
             return
         done = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60)
         if done.returncode != 0:

@@ -246,6 +246,9 @@ class ClusterConfig:
     setup: list[str] = field(default_factory=list)
     # Seconds between Slurm's warning signal (USR2) and the time limit: time to checkpoint.
     signal_delay_s: int = 120
+    # Requeues after that signal before the job is left to end (a run that can never finish in
+    # its time limit must not requeue forever); submitit counts only time-outs.
+    max_requeues: int = 3
     ray_timeout_s: float = 300.0
 
 

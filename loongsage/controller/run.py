@@ -49,7 +49,7 @@ def run(cfg: Config) -> Path | None:
         print(f"[loongsage] stopped on {signal.Signals(notice.signum).name}, {notice.seconds_since():.1f} s after it "
               f"(Slurm allows cluster.signal_delay_s={cfg.cluster.signal_delay_s}); the run goes on from {run_dir}",
               flush=True)
-        notice.requeue()
+        notice.requeue(cfg.cluster.max_requeues)
         raise SystemExit(PREEMPTED_EXIT_CODE)
     return run_dir
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 from typing import Iterable
+from urllib.parse import urlparse
 
 import torch
 
@@ -16,11 +17,14 @@ def push_weights(
     version: int,
     bucket_bytes: int,
     transport: str = "shm",
+    sender_host: str = "127.0.0.1",
 ) -> dict[str, float]:
+    """`sender_host`: the address of this process's machine, as engines on it are named."""
     from loongsage.inference.client import EngineClient
 
     if transport not in PACKERS:
         raise ValueError(f"transfer transport {transport!r} is unknown; expected one of {sorted(PACKERS)}")
+    check_reach(transport, engine_urls, sender_host)
     clients = [EngineClient(url) for url in engine_urls]
     start = time.perf_counter()
     num_bytes = num_buckets = 0
@@ -36,3 +40,18 @@ def push_weights(
         num_buckets += 1
         num_bytes += sum(t.numel() * t.element_size() for _, t in bucket)
     return {"transfer/bytes": float(num_bytes), "transfer/buckets": float(num_buckets), "transfer/seconds": time.perf_counter() - start}
+
+
+SAME_HOST_TRANSPORTS = ("shm",)
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def check_reach(transport: str, engine_urls: list[str], sender_host: str) -> None:
+    """A same-host transport cannot reach an engine on another machine: say so before sending."""
+    if transport not in SAME_HOST_TRANSPORTS:
+        return
+    far = [url for url in engine_urls if urlparse(url).hostname not in (*LOOPBACK, sender_host)]
+    if far:
+        raise ValueError(f"trainer.weight_sync_transport={transport} reaches only engines on the trainer's machine "
+                         f"({sender_host}); {', '.join(far)} are on other machines: set "
+                         f"trainer.weight_sync_transport=inline")

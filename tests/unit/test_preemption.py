@@ -75,7 +75,7 @@ def test_requeue_hands_the_signal_back_to_the_handler_it_replaced(capsys):
         notice.close()
         assert signal.getsignal(signal.SIGUSR2) is submitit_like
         with pytest.raises(SystemExit):
-            notice.requeue()
+            notice.requeue(3)
         assert calls == [signal.SIGUSR2]
         assert "submitit requeues job" in capsys.readouterr().out
     finally:
@@ -84,7 +84,7 @@ def test_requeue_hands_the_signal_back_to_the_handler_it_replaced(capsys):
 
 def test_requeue_outside_slurm_only_says_how_to_go_on(notice, monkeypatch, capsys):
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
-    notice.requeue()
+    notice.requeue(3)
     assert "not a Slurm job" in capsys.readouterr().out
 
 
@@ -94,7 +94,8 @@ def test_requeue_failure_names_the_command_and_what_to_do(notice, monkeypatch, t
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("SLURM_JOB_ID", "77")
-    notice.requeue()
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "1")
+    notice.requeue(3)
     out = capsys.readouterr().out
     assert "`scontrol requeue 77` failed (Requested operation is presently disabled)" in out
     assert "same run.dir" in out
@@ -135,3 +136,19 @@ def test_pipeline_take_gives_up_when_asked_and_takes_nothing():
     pipeline.finish(FinishedGroup(second, 0, 0, ["b"], 1))
     groups, _, _ = pipeline.take(0, timeout=5)
     assert sorted(g.payload[0] for g in groups) == ["a", "b"]
+
+
+def test_requeue_stops_after_max_requeues(notice, monkeypatch, tmp_path, capsys):
+    called = tmp_path / "called"
+    fake = tmp_path / "scontrol"
+    fake.write_text(f"#!/bin/sh\ntouch {called}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "3")
+    notice.requeue(3)
+    assert not called.exists()
+    assert "requeued 3 times (cluster.max_requeues=3)" in capsys.readouterr().out
+    monkeypatch.setenv("SLURM_RESTART_COUNT", "2")
+    notice.requeue(3)
+    assert called.exists() and "requeued Slurm job 77" in capsys.readouterr().out

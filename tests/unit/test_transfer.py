@@ -59,3 +59,14 @@ def test_unknown_load_format_names_the_choices():
 def test_malformed_payload_is_refused():
     with pytest.raises(ValueError, match="tensors"):
         unpack_named_tensors("inline", {"data": ""})
+
+
+def test_shared_memory_refuses_engines_on_other_machines_before_sending():
+    from loongsage.transfer.push import check_reach
+
+    here = "10.0.0.1"
+    check_reach("shm", ["http://127.0.0.1:3000", "http://localhost:3001", f"http://{here}:3002"], here)
+    check_reach("inline", ["http://10.0.0.2:3000"], here)  # over HTTP: any machine
+    with pytest.raises(ValueError, match=r"weight_sync_transport=shm .* http://10.0.0.2:3000 are on other machines: "
+                                         r"set trainer.weight_sync_transport=inline"):
+        check_reach("shm", ["http://127.0.0.1:3000", "http://10.0.0.2:3000"], here)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import ray
 
 from loongsage.cluster.cpu_placement import pin_this_process
+from loongsage.cluster.hosts import serving_host
 from loongsage.cluster.placement import ray_gpu_ids
 from loongsage.inference.embedded.engine import Engine, EngineConfig
 from loongsage.inference.embedded.server import EmbeddedServer
@@ -23,9 +24,10 @@ class EmbeddedEngineActor:
         self.server: EmbeddedServer | None = None
 
     def start(self) -> str:
-        """Loads the model and serves it on 127.0.0.1 (free port); returns the base URL."""
+        """Loads the model and serves it on a free port (loopback, or the node's address when the
+        Ray cluster spans machines); returns the base URL."""
         if self.server is None:
-            self.server = EmbeddedServer(Engine(self.model_path, self.cfg))
+            self.server = EmbeddedServer(Engine(self.model_path, self.cfg), host=serving_host())
             self.server.start()
         return self.server.base_url
 

@@ -12,13 +12,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
-import ray
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from loongsage import transfer
 from loongsage.cluster.cpu_placement import pin_this_process
+from loongsage.cluster.hosts import this_host
 from loongsage.cluster.placement import ray_gpu_ids
 from loongsage.algorithms.losses import token_logprobs
 from loongsage.models import load_causal_lm
@@ -57,10 +57,9 @@ class TrainWorker:
 
     def rendezvous_address(self) -> tuple[str, int]:
         """This host's address and a free port for the process group's TCP store."""
-        host = ray.util.get_node_ip_address() if ray.is_initialized() else "127.0.0.1"
         with socket.socket() as sock:
             sock.bind(("", 0))
-            return host, sock.getsockname()[1]
+            return this_host(), sock.getsockname()[1]
 
     def gpu_ids(self) -> list:
         """The GPU ids Ray gave this rank (diagnostics: did placement put it on its seat)."""
@@ -164,7 +163,8 @@ class TrainWorker:
             return None
         named = checkpoint.hf_weights(weights, self.tied_names).items()
         bucket_bytes = self.trainer.weight_sync_bucket_mb * 1024 * 1024
-        return transfer.push_weights(named, engine_urls, version, bucket_bytes, self.trainer.weight_sync_transport)
+        return transfer.push_weights(named, engine_urls, version, bucket_bytes, self.trainer.weight_sync_transport,
+                                     sender_host=this_host())
 
     def _optimizer_step(
         self, micros: list[PackedBatch], olds: list[Tensor] | None, refs: list[Tensor] | None, sums: StepMetrics,

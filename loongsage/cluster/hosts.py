@@ -1,0 +1,21 @@
+"""Which address names this machine: for peers in a Ray cluster, and for servers run in actors."""
+from __future__ import annotations
+
+LOOPBACK_HOST = "127.0.0.1"
+
+
+def this_host() -> str:
+    """This process's machine as the Ray cluster's other nodes reach it; loopback without Ray."""
+    import ray
+
+    return ray.util.get_node_ip_address() if ray.is_initialized() else LOOPBACK_HOST
+
+
+def serving_host() -> str:
+    """Where a server in a Ray actor (an engine's HTTP API) listens: this node's address once the
+    Ray cluster spans machines, so the others reach it; else loopback, exposing nothing."""
+    import ray
+
+    if ray.is_initialized() and sum(1 for node in ray.nodes() if node.get("Alive")) > 1:
+        return this_host()
+    return LOOPBACK_HOST
