@@ -71,7 +71,9 @@ class Controller:
                 self.async_rollout = AsyncRollout(self.cfg, self.source, self.rollout, first_group, self._pending_items)
             self._idle_clock = IdleClock(self.rollout.activity)
             while self.step < self.cfg.run.steps:
-                prompts_before = self.prompts.state_dict()
+                # Sync: where the stream stood after the last step. Async: the rollout's own
+                # checkpoint_state (read under its lock) says it, so nothing is read here.
+                prompts_before = self.prompts.state_dict() if self.async_rollout is None else None
                 try:
                     if stop():
                         raise StepInterrupted("asked to stop between steps")
@@ -195,7 +197,7 @@ class Controller:
         save_checkpoint(self.run_dir, self.step, state, self.trainer.save_checkpoint)
         self._saved_step = self.step
 
-    def _save_on_stop(self, prompts_state: dict) -> None:
+    def _save_on_stop(self, prompts_state: dict | None) -> None:
         """The checkpoint a stopping run resumes from, unless its last step was just saved or it has
         not trained at all (a finished warm start counts: step 0 with the warm-started weights)."""
         started = time.perf_counter()
