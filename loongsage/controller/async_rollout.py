@@ -26,6 +26,8 @@ from loongsage.sample import Sample
 
 log = logging.getLogger(__name__)
 
+ROLLOUT_GROUP_THREAD = "rollout-group"  # name prefix of the threads that run groups
+
 
 class GroupSource(Protocol):
     prompts: Any  # the prompt stream: state_dict() / load_state_dict()
@@ -56,7 +58,7 @@ class AsyncRollout:
         self._replay: list[Position] = [tuple(p) for p in pending or []]
         self._taken: list[tuple[Position, Any]] = []  # items taken from the stream, not yet started
         self._positions: dict[int, Position] = {}  # started and not yet trained or dropped
-        self._pool = ThreadPoolExecutor(max_inflight, thread_name_prefix="rollout-group")
+        self._pool = ThreadPoolExecutor(max_inflight, thread_name_prefix=ROLLOUT_GROUP_THREAD)
         self._running: set[Future] = set()
         self._producer = threading.Thread(target=self._produce, name="rollout-producer", daemon=True)
         self._producer.start()

@@ -3,8 +3,10 @@ still waiting for its rollout is abandoned rather than finished, so the checkpoi
 within the signal's delay however long the rollout would have taken."""
 from __future__ import annotations
 
+import sys
 import threading
 import time
+import traceback
 from typing import Callable, TypeVar
 
 STOP_POLL_S = 0.5  # how often a blocked wait looks at its stop condition
@@ -48,3 +50,10 @@ def call_interruptibly(fn: Callable[[], T], stop: Callable[[], bool], name: str)
     if "error" in outcome:
         raise outcome["error"]
     return outcome["result"]
+
+
+def thread_stacks(threads: list[threading.Thread]) -> str:
+    """Where each of `threads` is now (for a warning about threads that did not end)."""
+    frames = sys._current_frames()
+    return "".join(f"thread {thread.name}:\n" + "".join(traceback.format_stack(frames[thread.ident]))
+                   for thread in threads if thread.ident in frames)

@@ -12,8 +12,8 @@ from loongsage.algorithms.advantages import grouped_advantages
 from loongsage.cluster.actor_placement import place_actors
 from loongsage.config import Config
 from loongsage.controller.agent_rollout import AgentRolloutSource
-from loongsage.controller.async_rollout import AsyncRollout
-from loongsage.controller.interruptible import StepInterrupted, call_interruptibly
+from loongsage.controller.async_rollout import ROLLOUT_GROUP_THREAD, AsyncRollout
+from loongsage.controller.interruptible import StepInterrupted, call_interruptibly, thread_stacks
 from loongsage.controller.checkpoint import latest_checkpoint, load_controller_state, save_checkpoint
 from loongsage.controller.metrics import rollout_metrics
 from loongsage.controller.monitor import Monitor
@@ -106,7 +106,9 @@ class Controller:
         if self.async_rollout is not None and self.async_rollout.wait_for_groups(SHUTDOWN_WAIT_S):
             still_running.append("asynchronous rollout groups")
         if still_running:
-            print(f"[loongsage] warning: still running at shutdown: {', '.join(still_running)}", flush=True)
+            stuck = [t for t in threading.enumerate() if t in self._abandoned or t.name.startswith(ROLLOUT_GROUP_THREAD)]
+            print(f"[loongsage] warning: still running at shutdown: {', '.join(still_running)}\n{thread_stacks(stuck)}",
+                  flush=True)
         self.trainer.shutdown()
         self.placement.remove()
 

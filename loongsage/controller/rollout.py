@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import threading
 from contextlib import contextmanager
 from functools import cached_property
 
@@ -13,6 +12,7 @@ import ray
 from loongsage.cluster.actor_placement import check_one_per_actor
 from loongsage.config import RolloutConfig
 from loongsage.controller.prompts import Prompt
+from loongsage.controller.request_loop import RequestLoop
 from loongsage.inference.activity import ActivityMeter
 from loongsage.inference.client import EngineClient
 from loongsage.inference.resumable import generate_resumable
@@ -50,10 +50,7 @@ class RolloutGroup:
         # Engines load their weights while the caller goes on (e.g. to start the trainer).
         self._started = [actor.start.remote() for actor in self.actors]
         self.activity = ActivityMeter()
-        # Requests from any thread run on one event loop, whose connection pools they share.
-        self._loop = asyncio.new_event_loop()
-        self._loop_thread = threading.Thread(target=self._loop.run_forever, name="rollout-requests", daemon=True)
-        self._loop_thread.start()
+        self._requests = RequestLoop("rollout-requests")
 
     @cached_property
     def urls(self) -> list[str]:
@@ -99,13 +96,13 @@ class RolloutGroup:
                     client.continue_generation()
 
     def shutdown(self) -> None:
+        """Engines stop first, so requests in flight end; a rollout thread still waiting on one
+        then gets RequestLoopClosed rather than waiting forever."""
         ray.get([actor.stop.remote() for actor in self.actors])
-        self._run(self._close_clients())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._loop_thread.join(timeout=5)
+        self._requests.close(last=self._close_clients())
 
     def _run(self, coroutine):
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+        return self._requests.run(coroutine)
 
     async def _close_clients(self) -> None:
         for client in self.clients:

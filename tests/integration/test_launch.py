@@ -3,6 +3,8 @@ HTTP engine, trainer, TensorBoard files, checkpoints and resume."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
@@ -18,7 +20,19 @@ TAGS = ["rollout/reward_mean", "rollout/response_len_mean", "train/loss", "train
 
 
 def launch(*overrides: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "launch.py", *overrides], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout)
+    """A run through the entry point. One that hangs past `timeout` is aborted with every
+    thread's stack on its stderr (faulthandler), which the failure shows."""
+    args = [sys.executable, "launch.py", *overrides]
+    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
+    with subprocess.Popen(args, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGABRT)
+            stdout, stderr = process.communicate()
+            pytest.fail(f"launch.py did not end within {timeout} s\n--- stdout ---\n{stdout[-3000:]}\n"
+                        f"--- stderr (thread stacks at the abort) ---\n{stderr[-30000:]}")
+    return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
 
 
 def scalars(run_dir) -> dict[str, dict[int, float]]:
