@@ -26,18 +26,22 @@ def test_run_returns_the_coroutines_result_from_any_thread():
 
 def test_close_cancels_a_request_still_running_and_its_caller_gets_an_error():
     loop = RequestLoop("test-requests")
-    never = asyncio.Event()  # a response that never comes (an engine that went away mid-request)
+    waiting = threading.Event()
     outcome = []
+
+    async def response_that_never_comes():  # an engine that went away mid-request
+        waiting.set()
+        await asyncio.Event().wait()
 
     def caller():
         try:
-            loop.run(never.wait())
+            loop.run(response_that_never_comes())
         except RequestLoopClosed as exc:
             outcome.append(str(exc))
 
     thread = threading.Thread(target=caller)
     thread.start()
-    threading.Event().wait(0.2)
+    assert waiting.wait(5)
     closed = []
 
     async def close_pools():
