@@ -6,6 +6,7 @@ from typing import Any
 
 import httpx
 
+from loongsage.inference.http_pool import RetiringPool
 
 # Idle connections are dropped before uvicorn's 5 s keep-alive closes them from its side, so a
 # request never goes out on a connection the server is closing at that moment.
@@ -22,9 +23,10 @@ class EngineClient:
     def __init__(self, base_url: str, timeout: float = 600.0):
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
-        self._client = httpx.Client(base_url=self.base_url, timeout=timeout, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S))
-        self._aclient: httpx.AsyncClient | None = None
-        self._aclient_loop: asyncio.AbstractEventLoop | None = None
+        self._pool: RetiringPool[httpx.Client] = RetiringPool(
+            lambda: httpx.Client(base_url=self.base_url, timeout=timeout, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S)))
+        self._apool: RetiringPool[httpx.AsyncClient] | None = None
+        self._apool_loop: asyncio.AbstractEventLoop | None = None
 
     # ---- generation --------------------------------------------------------------------
     @staticmethod
@@ -55,16 +57,10 @@ class EngineClient:
 
     # ---- control -----------------------------------------------------------------------
     def health(self) -> bool:
-        try:
-            return self._client.get("/health").status_code == 200
-        except httpx.TransportError:
-            return False
+        return self._probe("/health")
 
     def health_generate(self) -> bool:
-        try:
-            return self._client.get("/health_generate").status_code == 200
-        except httpx.TransportError:
-            return False
+        return self._probe("/health_generate")
 
     def flush_cache(self):
         return self._request("POST", "/flush_cache")
@@ -99,36 +95,70 @@ class EngineClient:
         return self._request("POST", "/update_weights_from_disk", body)
 
     # ---- plumbing ----------------------------------------------------------------------
+    def _probe(self, path: str) -> bool:
+        try:
+            return self._send("GET", path).status_code == 200
+        except httpx.TransportError:
+            return False
+
     def _request(self, method: str, path: str, body: dict | None = None):
         try:
-            response = self._client.request(method, path, json=body)
+            response = self._send(method, path, body)
         except httpx.TransportError as exc:
             raise EngineError(f"{type(exc).__name__}: {exc}", self.base_url + path) from exc
         return _decode(response)
 
     async def _arequest(self, method: str, path: str, body: dict | None = None):
         try:
-            response = await self._async_client().request(method, path, json=body)
+            response = await self._asend(method, path, body)
         except httpx.TransportError as exc:
             raise EngineError(f"{type(exc).__name__}: {exc}", self.base_url + path) from exc
         return _decode(response)
 
-    def _async_client(self) -> httpx.AsyncClient:
-        """One pooled client per event loop: an AsyncClient must not cross loops."""
+    def _send(self, method: str, path: str, body: dict | None = None) -> httpx.Response:
+        lease, broken = self._pool.checkout(), True  # an exception, cancellation included, counts as broken
+        try:
+            response = lease.client.request(method, path, json=body)
+            broken = response.status_code >= 500
+            return response
+        finally:
+            stale = self._pool.checkin(lease, broken)
+            if stale is not None:
+                stale.close()
+
+    async def _asend(self, method: str, path: str, body: dict | None = None) -> httpx.Response:
+        pool = self._async_pool()
+        lease, broken = pool.checkout(), True
+        try:
+            response = await lease.client.request(method, path, json=body)
+            broken = response.status_code >= 500
+            return response
+        finally:
+            stale = pool.checkin(lease, broken)
+            if stale is not None:
+                await stale.aclose()
+
+    def _async_pool(self) -> RetiringPool[httpx.AsyncClient]:
+        """One pool per event loop: an AsyncClient must not cross loops."""
         loop = asyncio.get_running_loop()
-        if self._aclient is None or self._aclient_loop is not loop:
+        if self._apool is None or self._apool_loop is not loop:
             limits = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_S)
-            self._aclient = httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout, limits=limits)
-            self._aclient_loop = loop
-        return self._aclient
+            self._apool = RetiringPool(lambda: httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout,
+                                                                 limits=limits))
+            self._apool_loop = loop
+        return self._apool
 
     def close(self) -> None:
-        self._client.close()
+        stale = self._pool.close()
+        if stale is not None:
+            stale.close()
 
     async def aclose(self) -> None:
-        if self._aclient is not None:
-            await self._aclient.aclose()
-            self._aclient = None
+        if self._apool is not None:
+            stale = self._apool.close()
+            self._apool = None
+            if stale is not None:
+                await stale.aclose()
 
 
 def _decode(response: httpx.Response):

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 from loongsage.agentflow.router.errors import RouterError, bad_request
 from loongsage.agentflow.router.messages import ChatRequest, Message, Sampling, ToolCall, TurnResult
-from loongsage.agentflow.router.validation import check_model, expect, get, in_range, join, json_object_body
+from loongsage.agentflow.router.validation import INT32_MAX, check_model, expect, get, in_range, join, json_object_body
 
 STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn"}
 
@@ -41,10 +41,10 @@ def parse_messages_request(body: Any, model_names: tuple[str, ...]) -> tuple[str
     for i, s in enumerate(stop):
         expect(s, str, join("stop_sequences", i))
     sampling = Sampling(
-        max_tokens=in_range(get(body, "max_tokens", int, required=True), 1, None, "max_tokens"),
+        max_tokens=in_range(get(body, "max_tokens", int, required=True), 1, INT32_MAX, "max_tokens"),
         temperature=in_range(get(body, "temperature", float), 0, 1, "temperature"),
         top_p=in_range(get(body, "top_p", float), 0, 1, "top_p", low_open=True),
-        top_k=in_range(get(body, "top_k", int), 1, None, "top_k"),
+        top_k=in_range(get(body, "top_k", int), 1, INT32_MAX, "top_k"),
         stop=tuple(stop),
     )
     request = ChatRequest(messages, tools, parse_tool_calls=tool_choice.get("type") != "none",

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from loongsage.json_input import JsonInputError, parse_json
+
 ROLES = ("system", "user", "assistant", "tool")
 
 
@@ -18,10 +20,11 @@ class ToolCall:
     arguments: str  # JSON text, as OpenAI carries it
 
     def arguments_object(self):
-        """The arguments parsed; the raw text when it is not JSON (an agent may send anything)."""
+        """The arguments parsed; the raw text when it is not JSON (an agent may send anything,
+        including JSON too deep or with numbers too long to parse safely)."""
         try:
-            return json.loads(self.arguments)
-        except (json.JSONDecodeError, TypeError):
+            return parse_json(self.arguments)
+        except (JsonInputError, TypeError):
             return self.arguments
 
 

@@ -24,7 +24,8 @@ from typing import Any, Iterator
 
 from loongsage.agentflow.router.errors import RouterError, bad_request
 from loongsage.agentflow.router.messages import ChatRequest, Message, Sampling, ToolCall, TurnResult
-from loongsage.agentflow.router.validation import check_model, expect, get, in_range, join, json_object_body
+from loongsage.agentflow.router.validation import (INT32_MAX, INT64_MAX, INT64_MIN, check_model, expect, get, in_range,
+                                                   join, json_object_body)
 
 ROLE_ALIASES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 TEXT_PART_TYPES = ("text", "input_text", "output_text")
@@ -153,12 +154,12 @@ def _sampling(body: dict) -> Sampling:
     if stop is not None and (not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop)):
         raise bad_request("stop must be a non-empty string or an array of them", "stop")
     return Sampling(
-        max_tokens=in_range(max_tokens, 1, None, field),
+        max_tokens=in_range(max_tokens, 1, INT32_MAX, field),
         temperature=in_range(get(body, "temperature", float), 0, 2, "temperature"),
         top_p=in_range(get(body, "top_p", float), 0, 1, "top_p", low_open=True),
         top_k=_top_k(get(body, "top_k", int)),
         stop=tuple(stop or ()),
-        seed=get(body, "seed", int),
+        seed=in_range(get(body, "seed", int), INT64_MIN, INT64_MAX, "seed"),
         ignore_eos=get(body, "ignore_eos", bool),
     )
 
@@ -166,7 +167,7 @@ def _sampling(body: dict) -> Sampling:
 def _top_k(value: int | None) -> int | None:
     if value is None or value in (-1, 0):
         return None if value is None else -1  # 0 and -1 both mean "off" across OpenAI-compatible servers
-    return in_range(value, 1, None, "top_k")
+    return in_range(value, 1, INT32_MAX, "top_k")
 
 
 # ---- responses ---------------------------------------------------------------------------

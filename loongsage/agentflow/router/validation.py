@@ -1,18 +1,21 @@
-"""Typed reads of request JSON that name the offending field (`messages[2].content`) on error."""
+"""Typed reads of request JSON that name the offending field (`messages[2].content`) on error.
+
+The body itself (size, nesting, unencodable text, over-long integer literals) was checked when
+it was read (`loongsage.json_input`); what is left is each field's type and range.
+"""
 from __future__ import annotations
 
 from typing import Any
 
 from loongsage.agentflow.router.errors import RouterError, bad_request
+from loongsage.json_input import join_path as join
 
 _JSON_TYPE_NAMES = {dict: "an object", list: "an array", str: "a string", int: "an integer",
                     float: "a number", bool: "a boolean"}
-
-
-def join(path: str, name: str | int) -> str:
-    if isinstance(name, int):
-        return f"{path}[{name}]"
-    return f"{path}.{name}" if path else name
+# Integer ranges the engines can hold: SGLang keeps top_k in int32 tensors, seeds are int64.
+INT32_MAX = 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_SHOWN_DIGITS = 40  # a 4000-digit number is cut short in messages
 
 
 def expect(value: Any, kinds: type | tuple[type, ...], path: str) -> Any:
@@ -38,8 +41,13 @@ def get(obj: dict, name: str, kinds: type | tuple[type, ...], path: str = "", re
 def in_range(value, low, high, field: str, low_open: bool = False):
     if value is not None and not ((low < value if low_open else low <= value) and (high is None or value <= high)):
         bounds = f"{'(' if low_open else '['}{low}, {high if high is not None else 'inf'}]"
-        raise bad_request(f"{field}={value} must be in {bounds}", field)
+        raise bad_request(f"{field}={_show(value)} must be in {bounds}", field)
     return value
+
+
+def _show(value) -> str:
+    text = str(value)
+    return text if len(text) <= _SHOWN_DIGITS else f"{text[:_SHOWN_DIGITS]}... ({len(text)} characters)"
 
 
 def json_object_body(body: Any) -> dict:

@@ -39,6 +39,14 @@ class EngineConfig:
         return cls(**cfg)
 
 
+class GenerationFailed(RuntimeError):
+    """The engine itself failed a request (not the request's fault): the server answers 500."""
+
+    def __init__(self, message: str, rid: str):
+        super().__init__(message)
+        self.rid = rid
+
+
 class Engine:
     def __init__(self, model_path: str | Path, cfg: EngineConfig | dict | None = None):
         self.cfg = cfg if isinstance(cfg, EngineConfig) else EngineConfig.from_dict(cfg)
@@ -72,6 +80,11 @@ class Engine:
         for seq in request.sequences:
             self.scheduler.submit(seq)
         done = await asyncio.gather(*futures)
+        failed = next((seq for seq in request.sequences if seq.error is not None), None)
+        if failed is not None:
+            # An abort answer would look like a weight-update abort: clients resume those, and
+            # after the last resume would hand their agent an empty reply as a success.
+            raise GenerationFailed(f"request {failed.rid} failed: {failed.error}", failed.rid)
         responses = [build_response(seq, version, self.tokenizer, request.return_text_in_logprobs)
                      for seq, version in done]
         return responses if request.is_batch else responses[0]

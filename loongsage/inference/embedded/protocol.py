@@ -1,11 +1,14 @@
 """SGLang `/generate` wire format: request validation and response building.
 
 Validation is strict: an unknown or mistyped field is a 400 naming it, never silently ignored,
-because a sampling parameter we drop would silently change the behaviour policy.
+because a sampling parameter we drop would silently change the behaviour policy. Ranges are
+those the scheduler's batched tensors can hold: a value that passes here cannot fail a decode
+step, which would abort every other request in the batch with it.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -18,12 +21,15 @@ GENERATE_FIELDS = {
     "return_text_in_logprobs",
 }
 SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingParams)}
+TOP_K_MAX = 2**31 - 1  # SGLang's int32; ours is int64, but a client should not depend on that
+SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed takes
 
 
 class BadRequest(ValueError):
-    def __init__(self, message: str, field: str):
+    def __init__(self, message: str, field: str, status: int = 400):
         super().__init__(message)
         self.field = field
+        self.status = status
 
     def to_json(self) -> dict:
         return {"error": {"message": str(self), "field": self.field}}
@@ -151,7 +157,8 @@ def parse_sampling_params(raw: dict, limits: Limits, field: str) -> SamplingPara
             return getattr(SamplingParams, name)
         value = _typed(raw[name], kind, f"{field}.{name}")
         if not ok(value):
-            raise BadRequest(f"{name}={value!r}: {rule}", f"{field}.{name}")
+            shown = repr(value) if len(repr(value)) <= 40 else f"{repr(value)[:40]}..."
+            raise BadRequest(f"{name}={shown}: {rule}", f"{field}.{name}")
         return value
 
     stop = raw.get("stop", ())
@@ -161,17 +168,24 @@ def parse_sampling_params(raw: dict, limits: Limits, field: str) -> SamplingPara
     stop_ids = raw.get("stop_token_ids", [])
     _check_token_ids(stop_ids, limits.vocab_size, f"{field}.stop_token_ids")
     return SamplingParams(
-        temperature=float(get("temperature", (int, float), lambda v: v >= 0, "must be >= 0")),
+        temperature=float(get("temperature", (int, float), lambda v: _finite(v) and v >= 0, "must be finite and >= 0")),
         top_p=float(get("top_p", (int, float), lambda v: 0 < v <= 1, "must be in (0, 1]")),
-        top_k=get("top_k", int, lambda v: v == -1 or v >= 1, "must be -1 (off) or >= 1"),
-        max_new_tokens=get("max_new_tokens", int, lambda v: v >= 0, "must be >= 0"),
+        top_k=get("top_k", int, lambda v: v == -1 or 1 <= v <= TOP_K_MAX, f"must be -1 (off) or in [1, {TOP_K_MAX}]"),
+        max_new_tokens=get("max_new_tokens", int, lambda v: 0 <= v <= limits.max_context,
+                           f"must be in [0, {limits.max_context}] (the context limit)"),
         stop=tuple(stop),
         stop_token_ids=tuple(stop_ids),
         ignore_eos=get("ignore_eos", bool, lambda v: True, ""),
         skip_special_tokens=get("skip_special_tokens", bool, lambda v: True, ""),
         no_stop_trim=get("no_stop_trim", bool, lambda v: True, ""),
-        sampling_seed=get("sampling_seed", int, lambda v: True, ""),
+        sampling_seed=get("sampling_seed", int, lambda v: SEED_RANGE[0] <= v <= SEED_RANGE[1],
+                          f"must be in [{SEED_RANGE[0]}, {SEED_RANGE[1]}]"),
     )
+
+
+def _finite(value: int | float) -> bool:
+    """Also False for an int too large to become a float (float(10**400) raises)."""
+    return math.isfinite(value) if isinstance(value, float) else abs(value) < 2**1000
 
 
 def build_response(seq: Sequence, weight_version: str, tokenizer, text_in_logprobs: bool) -> dict:

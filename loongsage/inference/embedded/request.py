@@ -25,6 +25,7 @@ class Sequence:
     input_logprobs: list[float | None] | None = None
     cached_tokens: int = 0
     finish_reason: dict | None = None
+    error: str | None = None  # set when the engine failed it: answered as a 500, never as output
     slot: int = -1
 
     def __post_init__(self):

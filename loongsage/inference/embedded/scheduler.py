@@ -139,6 +139,7 @@ class Scheduler:
         log.exception("embedded engine step failed; aborting %d request(s)", len(seqs))
         reason = {"type": "abort", "message": f"engine error: {type(exc).__name__}: {exc}"}
         for seq in seqs:
+            seq.error = reason["message"]
             if seq.slot >= 0:
                 self._retire(seq, reason)
             elif seq.finish_reason is None:

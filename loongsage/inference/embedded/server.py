@@ -2,19 +2,25 @@
 from __future__ import annotations
 
 import asyncio
-import json
+import logging
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 
 from loongsage.http_server import AppServer
-from loongsage.inference.embedded.engine import Engine
+from loongsage.inference.embedded.engine import Engine, GenerationFailed
 from loongsage.inference.embedded.protocol import BadRequest
 from loongsage.inference.embedded.weights import WeightError
+from loongsage.json_input import JsonInputError, parse_json, read_json
 from loongsage.transfer import unpack_named_tensors
 
+log = logging.getLogger(__name__)
+
 HEALTH_GENERATE_TIMEOUT_S = 30.0
+# A /generate body is token ids or text: max_running prompts of max_context tokens fit many times
+# over. (Weight updates carry tensors inline and are not held to it.)
+GENERATE_MAX_BODY_BYTES = 64 * 2**20
 
 
 def build_app(engine: Engine) -> FastAPI:
@@ -22,11 +28,22 @@ def build_app(engine: Engine) -> FastAPI:
 
     @app.exception_handler(BadRequest)
     async def bad_request(_: Request, exc: BadRequest):
-        return JSONResponse(exc.to_json(), status_code=400)
+        return JSONResponse(exc.to_json(), status_code=exc.status)
 
     @app.post("/generate")
     async def generate(request: Request):
-        return await engine.generate(await _json_body(request))
+        body = await _json_body(request, GENERATE_MAX_BODY_BYTES)
+        try:
+            return await engine.generate(body)
+        except BadRequest:
+            raise
+        except GenerationFailed as exc:
+            return _server_error(str(exc), exc.rid)
+        except Exception as exc:
+            # Answered here rather than left to Starlette, whose 500 is followed by uvicorn closing
+            # the connection under a client that may already be reusing it for another request.
+            log.exception("/generate failed")
+            return _server_error(f"engine error: {type(exc).__name__}: {exc}")
 
     @app.get("/health")
     async def health():
@@ -119,11 +136,15 @@ async def _apply(update, *args) -> None:
         raise BadRequest(str(exc), exc.name)
 
 
-async def _json_body(request: Request):
+async def _json_body(request: Request, limit: int | None = None):
     try:
-        return json.loads(await request.body())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}", "body")
+        return await read_json(request, limit) if limit is not None else parse_json(await request.body())
+    except JsonInputError as exc:
+        raise BadRequest(exc.message, exc.field, exc.status) from None
+
+
+def _server_error(message: str, rid: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "rid": rid}}, status_code=500)
 
 
 def _field(body, name: str, kind: type, default):
