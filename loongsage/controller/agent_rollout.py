@@ -3,9 +3,14 @@ sandbox, talking to the engines through the AgentFlow router; the router's recor
 trajectories (token in, token out) become the training samples.
 
 The same two methods as SyncRolloutSource, so the controller's loop does not change.
+
+Before anything runs, SWE runs check their sandbox backend for real (a tool call and one
+gold patch graded, tasks/swe/preflight.py) and refuse to start when it cannot grade; a batch
+whose gradings all broke stops the run (grading_health.py).
 """
 from __future__ import annotations
 
+import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -15,11 +20,14 @@ from loongsage.agentflow.agents import Agent, AgentResult, AgentTask, Endpoint, 
 from loongsage.agentflow.router import Router, RouterConfig, RouterServer, to_samples
 from loongsage.agentflow.sandbox import SandboxError, SandboxLimits, create_sandbox
 from loongsage.config import Config
+from loongsage.controller.grading_health import check_grading, mark_grading_error
 from loongsage.controller.prompts import MixedPromptStream, PromptStream
 from loongsage.controller.rollout import RolloutGroup
 from loongsage.sample import Sample
 from loongsage.tasks.registry import get_episode_reward
 from loongsage.tasks.scoring import score_safely
+from loongsage.tasks.swe.preflight import sandbox_preflight
+from loongsage.tasks.swe.reward import episode_reward as swe_episode_reward
 
 log = logging.getLogger(__name__)
 EpisodeReward = Callable[[dict, AgentResult], tuple[float, dict]]
@@ -35,6 +43,7 @@ class AgentRolloutSource:
             self.limits = SandboxLimits(**dict(cfg.agent.sandbox_limits))
         except (TypeError, SandboxError) as exc:
             raise ValueError(f"agent.sandbox_limits={dict(cfg.agent.sandbox_limits)}: {exc}") from None
+        self.preflight()
         router = Router(RouterConfig(
             model=model_path, engine_urls=tuple(rollout.urls), served_model_names=(cfg.model.name,),
             chat_format=cfg.agent.chat_format, max_context=cfg.rollout.max_context,
@@ -43,11 +52,20 @@ class AgentRolloutSource:
         self.server.start()
         self.pool = ThreadPoolExecutor(cfg.agent.max_concurrent, thread_name_prefix="agent-episode")
 
+    def preflight(self) -> None:
+        """When a data source is graded by the SWE reward: stop (PreflightError, with the fix)
+        unless agent.sandbox runs a tool call and grades a gold patch on this machine."""
+        if not any(_is_swe_reward(reward) for reward in self.rewards.values()):
+            return
+        print(f"[loongsage] {sandbox_preflight(self.cfg.agent.sandbox, limits=self.limits)}", flush=True)
+
     def next_batch(self, step: int) -> list[Sample]:
         items = self.prompts.take_tagged(self.cfg.rollout.prompts_per_step)
         futures = [self.pool.submit(self._episode, f"step{step}-g{group}", group, member, source, item)
                    for group, (source, item) in enumerate(items) for member in range(self.cfg.rollout.group_size)]
-        return [sample for future in futures for sample in future.result()]
+        samples = [sample for future in futures for sample in future.result()]
+        check_grading(samples, self.cfg.agent.sandbox, f"step {step}")
+        return samples
 
     def take_items(self, count: int) -> list[tuple[str, dict]]:
         return self.prompts.take_tagged(count)
@@ -59,7 +77,10 @@ class AgentRolloutSource:
         source, item = tagged_item
         futures = [self.pool.submit(self._episode, f"step{step + 1}-g{group}", index, member, source, item)
                    for member in range(self.cfg.rollout.group_size)]
-        return [sample for future in futures for sample in future.result()]
+        samples = [sample for future in futures for sample in future.result()]
+        # Per group here: the asynchronous modes assemble steps elsewhere, from groups.
+        check_grading(samples, self.cfg.agent.sandbox, f"rollout group {index}")
+        return samples
 
     def demonstrations(self, items: list[dict]) -> list[Sample]:
         """Training samples of the items' demonstrations, replayed by the (first) agent in fresh
@@ -102,13 +123,15 @@ class AgentRolloutSource:
                                    agent_log=result.log[-8:], source=source)
             if error is not None:
                 sample.metadata["reward_error"] = error
+            mark_grading_error(sample, info)
         return samples
 
     def _run_agent(self, agent: Agent, trajectory_id: str, item: dict) -> AgentResult:
         task = item.get("task")
         workspace = (create_sandbox(task.files, self.cfg.agent.sandbox, self.limits)
                      if task is not None and getattr(task, "files", None) is not None else nullcontext(None))
-        endpoint = Endpoint(self.server.url_for(trajectory_id), self.server.router.api_key, self.cfg.model.name)
+        endpoint = Endpoint(self.server.url_for(trajectory_id), self.server.router.key_for(trajectory_id),
+                            self.cfg.model.name)
         try:
             with workspace as sandbox:
                 task_view = AgentTask(str(item["id"]), _prompt_text(item), sandbox, dict(item.get("metadata") or {}))
@@ -120,14 +143,25 @@ class AgentRolloutSource:
 def _agents_and_rewards(cfg: Config) -> tuple[dict[str, Agent], dict[str, EpisodeReward]]:
     if not cfg.data.mix:
         return ({"": build_agent(cfg.agent.name, dict(cfg.agent.options))},
-                {"": get_episode_reward(cfg.data.reward)})
+                {"": _episode_reward(cfg, cfg.data.reward)})
     agents, rewards = {}, {}
     for entry in cfg.data.mix:
         agent_name = entry.agent or cfg.agent.name
         options = dict(entry.agent_options) if entry.agent else {**cfg.agent.options, **entry.agent_options}
         agents[entry.name] = build_agent(agent_name, options)
-        rewards[entry.name] = get_episode_reward(entry.reward or cfg.data.reward)
+        rewards[entry.name] = _episode_reward(cfg, entry.reward or cfg.data.reward)
     return agents, rewards
+
+
+def _episode_reward(cfg: Config, name: str) -> EpisodeReward:
+    """The reward by name; SWE patches are graded on the run's own sandbox backend, the one
+    the preflight checked (and the one `agent.sandbox=...` changes)."""
+    reward = get_episode_reward(name)
+    return functools.partial(reward, backend=cfg.agent.sandbox) if reward is swe_episode_reward else reward
+
+
+def _is_swe_reward(reward: EpisodeReward) -> bool:
+    return getattr(reward, "func", reward) is swe_episode_reward
 
 
 def _score(reward: EpisodeReward, item: dict, result: AgentResult) -> tuple[float, dict[str, Any], str | None]:

@@ -67,7 +67,7 @@ def test_missing_or_wrong_key_is_401(router):
     error = _error(_chat(router, _ok_body(), headers={}), 401)
     assert error["type"] == "authentication_error" and "missing API key" in error["message"]
     error = _error(_chat(router, _ok_body(), headers={"Authorization": "Bearer nope"}), 401)
-    assert error["message"] == "invalid API key"
+    assert error["message"].startswith("invalid API key")
     assert _error(_chat(router, _ok_body(), headers={"x-api-key": "nope"}), 401)
     assert httpx.get(f"{router.base_url}/trajectories", headers={"x-api-key": "nope"}).status_code == 401
     assert httpx.get(f"{router.base_url}/health").status_code == 200  # probes need no key

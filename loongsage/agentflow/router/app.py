@@ -9,24 +9,29 @@
     DELETE /trajectories/{id}
     GET  /health                                          no key needed
 
-Every other route needs the run's API key, as `Authorization: Bearer <key>` or `x-api-key`.
+`{trajectory_id}` and `{attempt}` are segments written by `ids.encode_segment` (so any id,
+`/`, `.` and `..` included, survives clients and servers). Every route but /health needs a
+key, as `Authorization: Bearer <key>` or `x-api-key`: the routes under a trajectory take that
+trajectory's own key (`Router.key_for`) or the run's admin key; the others, the admin key.
 Errors are JSON in the style of the API that was called (Anthropic's under /messages).
 """
 from __future__ import annotations
 
-import hmac
-import json
 import time
 from contextlib import asynccontextmanager
+from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from loongsage.agentflow.router import anthropic_api, openai_api
-from loongsage.agentflow.router.errors import RouterError, bad_request
+from loongsage.agentflow.router.errors import RouterError
 from loongsage.agentflow.router.export import trajectory_json
+from loongsage.agentflow.router.ids import decode_segment
+from loongsage.agentflow.router.keys import presented_key
 from loongsage.agentflow.router.service import Router
+from loongsage.json_input import JsonInputError, read_json
 
 ANONYMOUS_ATTEMPT = "0"
 SSE_HEADERS = {"cache-control": "no-cache"}
@@ -39,8 +44,9 @@ def build_app(router: Router) -> FastAPI:
         await router.engines.aclose()  # its async HTTP clients belong to this event loop
 
     app = FastAPI(title="LoongSage router", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.router = router
     started = int(time.time())
-    authorized = [Depends(_key_check(router.api_key))]
+    authorized = [Depends(_admin_check)]
 
     @app.exception_handler(RouterError)
     async def router_error(request: Request, exc: RouterError):
@@ -70,23 +76,26 @@ def build_app(router: Router) -> FastAPI:
             return Response(stream, media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
         return JSONResponse(anthropic_api.message_json(result, model), headers=headers)
 
-    @app.post("/{trajectory_id}/{attempt}/v1/chat/completions", dependencies=authorized)
-    async def trajectory_chat_completions(request: Request, trajectory_id: str, attempt: str):
-        return await chat_completions(request, trajectory_id, attempt)
+    @app.post("/{trajectory_id}/{attempt}/v1/chat/completions")
+    async def trajectory_chat_completions(request: Request, route: Route):
+        return await chat_completions(request, *route)
 
     @app.post("/v1/chat/completions", dependencies=authorized)
     async def anonymous_chat_completions(request: Request):
         return await chat_completions(request, None, ANONYMOUS_ATTEMPT)
 
-    @app.post("/{trajectory_id}/{attempt}/v1/messages", dependencies=authorized)
-    async def trajectory_messages(request: Request, trajectory_id: str, attempt: str):
-        return await messages(request, trajectory_id, attempt)
+    @app.post("/{trajectory_id}/{attempt}/v1/messages")
+    async def trajectory_messages(request: Request, route: Route):
+        return await messages(request, *route)
 
     @app.post("/v1/messages", dependencies=authorized)
     async def anonymous_messages(request: Request):
         return await messages(request, None, ANONYMOUS_ATTEMPT)
 
-    @app.get("/{trajectory_id}/{attempt}/v1/models", dependencies=authorized)
+    @app.get("/{trajectory_id}/{attempt}/v1/models")
+    async def trajectory_models(_: Route):
+        return openai_api.models_json(router.model_names, started)
+
     @app.get("/v1/models", dependencies=authorized)
     async def models():
         return openai_api.models_json(router.model_names, started)
@@ -97,6 +106,7 @@ def build_app(router: Router) -> FastAPI:
 
     @app.get("/trajectories/{trajectory_id}", dependencies=authorized)
     async def get_trajectory(trajectory_id: str):
+        trajectory_id = decode_segment(trajectory_id, "trajectory_id")
         trajectory = router.store.get(trajectory_id)
         if trajectory is None:
             raise RouterError(404, f"trajectory {trajectory_id!r} not found", "trajectory_id")
@@ -104,6 +114,7 @@ def build_app(router: Router) -> FastAPI:
 
     @app.delete("/trajectories/{trajectory_id}", dependencies=authorized)
     async def delete_trajectory(trajectory_id: str):
+        trajectory_id = decode_segment(trajectory_id, "trajectory_id")
         if router.store.pop(trajectory_id) is None:
             raise RouterError(404, f"trajectory {trajectory_id!r} not found", "trajectory_id")
         return {"id": trajectory_id, "deleted": True}
@@ -121,40 +132,27 @@ def error_response(request: Request, error: RouterError) -> JSONResponse:
     return JSONResponse(body, status_code=error.status)
 
 
-def _key_check(api_key: str):
-    expected = api_key.encode()
+async def _admin_check(request: Request) -> None:
+    request.app.state.router.keys.check(presented_key(request.headers))
 
-    async def check(request: Request) -> None:
-        given = request.headers.get("x-api-key")
-        authorization = request.headers.get("authorization", "")
-        if given is None and authorization[:7].lower() == "bearer ":
-            given = authorization[7:].strip()
-        if given is None:
-            raise RouterError(401, "missing API key: send 'Authorization: Bearer <key>' or 'x-api-key: <key>'")
-        if not hmac.compare_digest(given.encode(), expected):
-            raise RouterError(401, "invalid API key")
 
-    return check
+async def _trajectory_route(request: Request, trajectory_id: str, attempt: str) -> tuple[str, str]:
+    """The decoded (trajectory id, attempt) of a route under a trajectory, once the key is one
+    that may use it."""
+    given = presented_key(request.headers)  # a missing key is a 401 before anything else
+    route = decode_segment(trajectory_id, "trajectory_id"), decode_segment(attempt, "attempt")
+    request.app.state.router.keys.check(given, route[0])
+    return route
+
+
+Route = Annotated[tuple[str, str], Depends(_trajectory_route)]
 
 
 async def _json_body(request: Request, limit: int):
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _too_large(int(declared), limit)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(size, limit)
-        chunks.append(chunk)
     try:
-        return json.loads(b"".join(chunks))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise bad_request(f"request body is not valid JSON: {exc}", "body") from exc
-
-
-def _too_large(size: int, limit: int) -> RouterError:
-    return RouterError(413, f"request body of at least {size} bytes exceeds the limit of {limit} bytes", "body")
+        return await read_json(request, limit)
+    except JsonInputError as exc:
+        raise RouterError(exc.status, exc.message, exc.field) from None
 
 
 def _turn_headers(trajectory_id: str | None, result) -> dict[str, str]:

@@ -11,6 +11,7 @@ from loongsage.agentflow.router.chat_format import assistant_text, get_chat_form
 from loongsage.agentflow.router.config import RouterConfig
 from loongsage.agentflow.router.engines import EnginePool
 from loongsage.agentflow.router.errors import RouterError, bad_request
+from loongsage.agentflow.router.keys import Keys
 from loongsage.agentflow.router.messages import ChatRequest, TurnResult
 from loongsage.agentflow.router.openai_api import parse_chat_completion
 from loongsage.agentflow.router.store import TrajectoryStore
@@ -29,7 +30,8 @@ class Router:
         self.cfg = cfg
         # Shared with the rollout side when the controller measures the engines' idle time.
         self.activity = activity or ActivityMeter()
-        self.api_key = cfg.api_key or secrets.token_urlsafe(32)
+        self.api_key = cfg.api_key or secrets.token_urlsafe(32)  # the admin key: every route
+        self.keys = Keys(self.api_key)
         self.model_names = cfg.model_names
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(resolve_model_path(cfg.model))
         self.chat_format = get_chat_format(cfg.chat_format, self.tokenizer)
@@ -37,6 +39,10 @@ class Router:
         self.engines = EnginePool(cfg.engine_urls, cfg.request_timeout_s)
         self._max_context = cfg.max_context
         self._context_probe: asyncio.Future | None = None
+
+    def key_for(self, trajectory_id: str) -> str:
+        """The key to hand the agent of `trajectory_id`: it opens that trajectory's routes only."""
+        return self.keys.for_trajectory(trajectory_id)
 
     async def complete(self, trajectory_id: str | None, attempt: str, request: ChatRequest) -> TurnResult:
         """Render, plan the prompt ids, generate, record. `trajectory_id` None: an anonymous
