@@ -1,12 +1,18 @@
-"""Helpers for the sandbox tests: which backends run here, and what is running on the host."""
+"""Helpers for the sandbox tests: which backends run here, what is running on the host, and
+backends that cannot run the framework's Python (by import path, also from subprocesses)."""
 from __future__ import annotations
 
+import functools
 import os
+import shutil
+import tempfile
 import time
 
 import pytest
 
 from loongsage.agentflow.sandbox import available_backends
+from loongsage.agentflow.sandbox.local import LocalSandbox
+from loongsage.agentflow.sandbox.uid_reach import sandbox_uid_blocker
 
 RUNNABLE = ["bwrap", "local"]
 
@@ -63,3 +69,46 @@ def wait_until(condition, timeout_s: float = 5.0) -> bool:
             return True
         time.sleep(0.05)
     return condition()
+
+
+# What grading and the bash tool need besides Python.
+_TOOLS = ("bash", "sh", "git", "mktemp", "cat", "rm", "ls", "env")
+
+
+@functools.cache
+def _tools_without_python() -> str:
+    """A directory (removed at exit) holding the usual tools but no `python`."""
+    holder = tempfile.TemporaryDirectory(prefix="tools-without-python-")
+    _tools_without_python.holder = holder  # kept alive, and removed, with the process
+    os.chmod(holder.name, 0o755)
+    for tool in _TOOLS:
+        os.symlink(shutil.which(tool), os.path.join(holder.name, tool))
+    return holder.name
+
+
+class NoPythonSandbox(LocalSandbox):
+    """A machine whose sandboxes lack the interpreter: PATH has the tools but no Python."""
+
+    def _launch(self, argv, cwd, env):
+        launch = super()._launch(argv, cwd, env)
+        launch.env["PATH"] = _tools_without_python()
+        return launch
+
+
+class UidWithoutPythonSandbox(LocalSandbox):
+    """The local backend as it was before it probed: as root, always a uid of its own, even
+    where that uid cannot reach the framework's Python (the bug this stands in for)."""
+
+    def _wants_own_uid(self) -> bool:
+        return os.geteuid() == 0
+
+
+NO_PYTHON = f"{__name__}:NoPythonSandbox"
+UID_WITHOUT_PYTHON = f"{__name__}:UidWithoutPythonSandbox"
+
+
+def no_python_backends() -> list:
+    """Backends that cannot run the framework's Python, each where it can be simulated."""
+    uid_blocked = os.geteuid() == 0 and sandbox_uid_blocker() is not None
+    return [NO_PYTHON, pytest.param(UID_WITHOUT_PYTHON, marks=pytest.mark.skipif(
+        not uid_blocked, reason="needs root and a framework Python that a sandbox uid cannot reach"))]

@@ -25,7 +25,7 @@ from loongsage.agentflow.sandbox.local import LocalSandbox
 from loongsage.registry import resolve
 
 __all__ = ["BACKENDS", "ExecResult", "Sandbox", "SandboxError", "SandboxLimits", "attach_sandbox",
-           "available_backends", "create_sandbox"]
+           "available_backends", "backend_name", "create_sandbox"]
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +40,7 @@ def create_sandbox(snapshot: Snapshot, backend: str = "auto", limits: SandboxLim
                    **options: Any) -> Sandbox:
     """A sandbox whose tree holds `snapshot` ({relative path: content}, or a directory to
     copy). `options` go to the backend (apptainer: `image=`)."""
-    if backend == "auto":
-        backend = "bwrap" if "bwrap" in available_backends() else "local"
+    backend = backend_name(backend)
     try:
         cls = resolve(BACKENDS, backend, "sandbox backend")
     except ValueError as exc:
@@ -54,6 +53,13 @@ def create_sandbox(snapshot: Snapshot, backend: str = "auto", limits: SandboxLim
         sandbox_type = type(sandbox).__name__
         raise SandboxError(f"sandbox backend {backend!r} made a {sandbox_type}, not a Sandbox")
     return sandbox
+
+
+def backend_name(backend: str) -> str:
+    """The backend `backend` names here: "auto" becomes the one it picks on this machine."""
+    if backend == "auto":
+        return "bwrap" if "bwrap" in available_backends() else "local"
+    return backend
 
 
 def attach_sandbox(handle: Mapping[str, Any]) -> Sandbox:

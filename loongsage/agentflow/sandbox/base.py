@@ -3,7 +3,10 @@ from a snapshot, file access, the diff, running a command, and tearing it all do
 
 A backend only says how a command is launched (`_launch`) and what it promises:
 `denies_network`, `hides_other_sandboxes` (another sandbox's tree can be neither read nor
-written), `read_only_system` (nothing outside the tree and temp dirs can be written).
+written), `read_only_system` (nothing outside the tree and temp dirs can be written),
+`caps_processes` (the kernel refuses forks past `limits.max_processes`: a fork bomb is capped,
+not only stopped at the timeout), `kills_escaped_processes` (`destroy()` also ends what left
+the command's process group, e.g. through setsid).
 """
 from __future__ import annotations
 
@@ -55,6 +58,8 @@ class Sandbox(ABC):
     denies_network: bool = False
     hides_other_sandboxes: bool = False
     read_only_system: bool = False
+    caps_processes: bool = False
+    kills_escaped_processes: bool = False
 
     def __init__(self, snapshot: Snapshot | None, limits: SandboxLimits | None = None, *,
                  attach: Mapping[str, Any] | None = None) -> None:
@@ -69,7 +74,7 @@ class Sandbox(ABC):
         if attach is not None:
             self._attach(attach)
             return
-        workspace = claim_workspace(own_uid=self.uses_own_uid)
+        workspace = claim_workspace(own_uid=self._wants_own_uid())
         # Runs on destroy(), on garbage collection, or at interpreter exit, whichever is first.
         self._teardown = weakref.finalize(self, _teardown, workspace, self._running, self._lock)
         try:
@@ -81,6 +86,10 @@ class Sandbox(ABC):
             raise
         self._workspace = workspace
         self.root: Path = workspace.tree
+
+    def _wants_own_uid(self) -> bool:
+        """Whether this new sandbox should get a uid of its own (granted only to root)."""
+        return self.uses_own_uid
 
     def handle(self) -> dict[str, Any]:
         """What another process (a black-box agent's tool runner) needs to run commands in this

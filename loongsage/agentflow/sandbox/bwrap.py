@@ -40,6 +40,10 @@ class BwrapSandbox(Sandbox):
     backend = "bwrap"
     hides_other_sandboxes = True
     read_only_system = True
+    # RLIMIT_NPROC counts only the sandbox uid's (or user namespace's) processes, and the pid
+    # namespace ends everything when the command exits.
+    caps_processes = True
+    kills_escaped_processes = True
 
     def __init__(self, snapshot: Snapshot | None, limits: SandboxLimits | None = None, *,
                  attach: Mapping[str, Any] | None = None) -> None:

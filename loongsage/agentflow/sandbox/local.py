@@ -1,14 +1,18 @@
 """The `local` backend: a temp dir and a subprocess with resource limits, no namespaces.
 
 Running as root, commands run as the workspace's own unprivileged uid: the system, the
-host's home and other sandboxes' trees (mode 0700, other uids) are not writable, and the
-process limit counts this sandbox alone. Tools under a root-only directory (a pyenv in
-/root) are then out of reach; bwrap binds the framework's Python in, local cannot.
+host's home and other sandboxes' trees (mode 0700, other uids) are not writable, the
+process limit counts this sandbox alone, and destroy() ends every process of that uid.
+That needs the uid to reach the framework's Python (graders and agents run `python`); a
+pyenv or venv under a root-only home is out of its reach. That is probed once per process
+(uid_reach.py): where the uid cannot run it, commands run as the framework's own user, a
+warning says why once, and the sandbox promises no more than it then keeps.
 
 LIMITATION: `local` cannot deny network access. `limits.network=False` is not enforced
-(a warning says so once per process); use `bwrap` where that matters. Not root, commands
-run as the framework's user: they can write wherever it can, and the process limit is
-the user's current process count plus `max_processes`.
+(a warning says so once per process); use `bwrap` where that matters. As the framework's
+user, commands can write wherever it can; not root, the process limit is the user's current
+process count plus `max_processes`; as root there is no process limit (the kernel ignores
+RLIMIT_NPROC for root) and a fork bomb is stopped only by the timeout.
 """
 from __future__ import annotations
 
@@ -20,9 +24,11 @@ import os
 
 from loongsage.agentflow.sandbox.base import Launch, Sandbox, Snapshot, command_path
 from loongsage.agentflow.sandbox.limits import SandboxLimits, limited_argv
+from loongsage.agentflow.sandbox.uid_reach import sandbox_uid_blocker
 
 log = logging.getLogger(__name__)
 _warned_about_network = False
+_warned_about_own_user = False
 
 
 class LocalSandbox(Sandbox):
@@ -35,8 +41,18 @@ class LocalSandbox(Sandbox):
         own_uid = self._workspace.uid is not None
         self.hides_other_sandboxes = own_uid
         self.read_only_system = own_uid
+        self.kills_escaped_processes = own_uid
+        self.caps_processes = own_uid or os.geteuid() != 0
         if not self.limits.network:
             _warn_network_not_denied()
+
+    def _wants_own_uid(self) -> bool:
+        if os.geteuid() != 0:
+            return False
+        blocker = sandbox_uid_blocker()
+        if blocker is not None:
+            _warn_running_as_own_user(blocker)
+        return blocker is None
 
     @property
     def workdir(self) -> str:
@@ -44,12 +60,14 @@ class LocalSandbox(Sandbox):
 
     def _launch(self, argv: list[str], cwd: str, env: dict[str, str]) -> Launch:
         uid = self._workspace.uid
-        if uid is None:
-            max_processes = _tasks_of_user(os.getuid()) + self.limits.max_processes
-            options: dict[str, object] = {}
-        else:
-            max_processes = self.limits.max_processes
+        options: dict[str, object] = {}
+        if uid is not None:
+            max_processes: int | None = self.limits.max_processes
             options = {"user": uid, "group": uid, "extra_groups": []}
+        elif os.geteuid() == 0:
+            max_processes = None  # the kernel does not enforce RLIMIT_NPROC for root
+        else:
+            max_processes = _tasks_of_user(os.getuid()) + self.limits.max_processes
         clean_env = {"PATH": command_path(), "HOME": str(self._workspace.home), "LANG": "C.UTF-8"}
         return Launch(argv=limited_argv(argv, self.limits, max_processes), env=clean_env | env,
                       cwd=cwd, popen_options=options)
@@ -61,6 +79,17 @@ def _warn_network_not_denied() -> None:
         _warned_about_network = True
         log.warning("the local sandbox backend cannot deny network access: limits.network=False "
                     "is not enforced; use the bwrap backend (apt-get install bubblewrap)")
+
+
+def _warn_running_as_own_user(reason: str) -> None:
+    global _warned_about_own_user
+    if not _warned_about_own_user:
+        _warned_about_own_user = True
+        log.warning("the local sandbox backend runs commands as this process's user (uid %d), without a uid of "
+                    "their own, because %s. Sandboxes then neither hide each other's trees nor keep the system "
+                    "read-only, and nothing caps their processes. For that isolation install bubblewrap "
+                    "(apt-get install bubblewrap), or install Python where other users can reach it.",
+                    os.geteuid(), reason)
 
 
 def _tasks_of_user(uid: int) -> int:

@@ -56,7 +56,7 @@ def claim_workspace(own_uid: bool) -> Workspace:
     """A fresh workspace; with `own_uid` (and only when running as root) one with a uid of its own."""
     parent = sandboxes_dir()
     if own_uid and os.geteuid() == 0:
-        uid, base = _claim_uid(parent)
+        uid, base = claim_uid(parent)
     else:
         uid, base = None, Path(tempfile.mkdtemp(prefix="sbx-", dir=parent))
     tree, home = base / "tree", base / "home"
@@ -65,7 +65,8 @@ def claim_workspace(own_uid: bool) -> Workspace:
     return Workspace(base=base, tree=tree, home=home, uid=uid)
 
 
-def _claim_uid(parent: Path) -> tuple[int, Path]:
+def claim_uid(parent: Path) -> tuple[int, Path]:
+    """A sandbox uid nobody else uses, claimed by creating `parent/<uid>` (mode 0711)."""
     for _ in range(100):
         uid = random.randrange(_SANDBOX_UIDS.start, _SANDBOX_UIDS.stop)
         base = parent / str(uid)
