@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import pytest
 
-from loongsage.tasks.swe.grading import PatchRejected, grade, run_with_patch
+from loongsage.tasks.swe.grading import PatchRejected, check, grade, run_with_patch
 from loongsage.tasks.swe.reward import score_patch
 from loongsage.tasks.swe.suite import build_suite
 from loongsage.tasks.swe.suite.spec import unified_diff
+from tests.integration.sandbox_support import NO_PYTHON, no_python_backends
 
 TASKS = {task.instance_id: task for task in build_suite()}
 MEAN = TASKS["numutil__mean-divisor"]      # F2P: test_mean, test_mean_of_one_value
@@ -39,7 +40,7 @@ def test_half_fix_is_unresolved_and_says_which_test_fails():
     # Fixes the one-value case only: mean([7]) is right, mean([2, 4, 9]) still is not.
     half = edit(MEAN, "numutil.py", "sum(values) / (len(values) - 1)", "sum(values) / max(len(values) - 1, 1)")
     result = grade(MEAN, half)
-    assert not result.resolved
+    assert not result.resolved and not result.grading_error
     assert result.tests["tests/test_numutil.py::test_mean_of_one_value"] is True
     assert result.tests["tests/test_numutil.py::test_mean"] is False
     assert result.reason == "FAIL_TO_PASS not passing: tests/test_numutil.py::test_mean (failed)"
@@ -91,3 +92,35 @@ def test_applied_tree_is_checked_for_test_edits_too():
     tamper = edit(MEAN, "tests/test_numutil.py", "assert mean([2, 4, 9]) == 5", "assert True")
     with pytest.raises(PatchRejected, match="patch touches tests or test configuration: tests/test_numutil.py"):
         run_with_patch(MEAN, tamper, "auto", 30)
+
+
+@pytest.mark.parametrize("backend", no_python_backends())
+def test_a_sandbox_that_cannot_run_python_is_a_grading_error_not_a_wrong_patch(backend):
+    result = grade(MEAN, MEAN.gold_patch, backend=backend)
+    assert not result.resolved and result.grading_error and result.tests == {}
+    assert result.reason.startswith("grading error: the local sandbox cannot run pytest (")
+    assert "python: command not found" in result.reason
+    value, metadata = score_patch(MEAN, MEAN.gold_patch, backend=backend)
+    assert value == 0.0 and metadata["error"] is True
+
+
+def test_a_patch_that_kills_pytest_is_a_wrong_patch_not_a_grading_error():
+    # pytest dies while collecting, without a report: the harness works, the patch broke it.
+    killer = edit(MEAN, "numutil.py", "def mean(values):", "import os\nos._exit(0)\n\n\ndef mean(values):")
+    result = grade(MEAN, killer)
+    assert not result.resolved and not result.grading_error
+    assert result.reason.startswith("pytest gave no usable report (exit status 0; no file")
+    assert set(result.tests.values()) == {False}
+
+
+def test_a_planted_pytest_module_does_not_pass_for_a_broken_harness():
+    planted = ("diff --git a/pytest.py b/pytest.py\nnew file mode 100644\n--- /dev/null\n+++ b/pytest.py\n"
+               "@@ -0,0 +1 @@\n+raise SystemExit(3)\n")
+    result = grade(MEAN, MEAN.gold_patch + planted)
+    assert not result.resolved and not result.grading_error
+    assert result.reason.startswith("pytest gave no usable report (exit status 3;")
+
+
+def test_check_names_the_grading_error():
+    problems = check(MEAN, backend=NO_PYTHON)
+    assert problems and all(p.startswith("grading error: the local sandbox cannot run pytest") for p in problems)

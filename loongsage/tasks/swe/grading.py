@@ -4,6 +4,12 @@ Every grading starts from a fresh sandbox holding the task's files, so nothing o
 does can leak into the next. A patch is resolved only when every FAIL_TO_PASS and every
 PASS_TO_PASS test passes; a patch that edits tests or test configuration scores 0 before
 anything runs, and again if the applied tree shows such an edit.
+
+A grading error is not a wrong patch: when the harness itself broke (no sandbox, the
+sandbox cannot run the framework's Python or pytest, git not there or timing out), the
+result says `grading_error` and names the backend, so a run can tell a broken grader from
+a model that fixes nothing. A missing JUnit report counts as a grading error only when the
+sandbox cannot run pytest at all; otherwise the patch broke pytest (it scores 0).
 """
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from loongsage.agentflow.sandbox import Sandbox, SandboxError, SandboxLimits, create_sandbox
+from loongsage.agentflow.sandbox import Sandbox, SandboxError, SandboxLimits, backend_name, create_sandbox
 from loongsage.tasks.swe.instance import SweTask
 from loongsage.tasks.swe.junit import NOT_FOUND, PASSED, outcomes_from_junit
 from loongsage.tasks.swe.patches import forbidden_paths, node_id_file, touched_paths
@@ -35,6 +41,12 @@ _APPLY = (
     'status=$?; rm -f "$patch_file"; exit $status'
 )
 _NO_FILES = "task has no files: it can only be graded inside its container image"
+# Whether the sandbox can run pytest at all, asked when a run left no report. The tree's
+# directory is dropped from sys.path so that a `pytest.py` planted by the patch cannot make
+# the harness look broken.
+_HARNESS_PROBE = 'python -c "import sys; del sys.path[0]; import pytest"'
+# bash's "cannot execute" and "command not found": a tool the harness needs is missing.
+_MISSING_TOOL = (126, 127)
 _MAX_LISTED = 5
 _MAX_MESSAGE_CHARS = 600
 
@@ -51,6 +63,11 @@ class GradeResult:
 
 class PatchRejected(Exception):
     """A patch that cannot be graded as a fix; the message is the reason it scores 0."""
+
+
+class HarnessError(Exception):
+    """The grading harness could not run in the sandbox (not the patch's fault); the
+    message names the backend and what the sandbox printed."""
 
 
 @dataclass(frozen=True)
@@ -70,8 +87,11 @@ def grade(task: SweTask, patch: str, backend: str = "auto", timeout_s: float = D
         run = run_with_patch(task, patch, backend, timeout_s)
     except PatchRejected as exc:
         return GradeResult(task.instance_id, False, str(exc))
+    except HarnessError as exc:
+        return GradeResult(task.instance_id, False, f"grading error: {exc}", grading_error=True)
     except SandboxError as exc:
-        return GradeResult(task.instance_id, False, f"sandbox error: {exc}", grading_error=True)
+        return GradeResult(task.instance_id, False, f"sandbox error ({backend_name(backend)} backend): {exc}",
+                           grading_error=True)
     return verdict(task, run)
 
 
@@ -90,8 +110,10 @@ def check(task: SweTask, backend: str = "auto", timeout_s: float = DEFAULT_TIMEO
             problems += _problems_after_fix(task, run_with_patch(task, task.gold_patch, backend, timeout_s))
     except PatchRejected as exc:
         problems.append(f"gold patch: {exc}")
+    except HarnessError as exc:
+        problems.append(f"grading error: {exc}")
     except SandboxError as exc:
-        problems.append(f"sandbox error: {exc}")
+        problems.append(f"sandbox error ({backend_name(backend)} backend): {exc}")
     return problems
 
 
@@ -145,6 +167,7 @@ def run_tests(sandbox: Sandbox, node_ids: list[str], timeout_s: float) -> Pytest
     try:
         outcomes = outcomes_from_junit(sandbox.read_file(report), node_ids)
     except (SandboxError, ValueError) as exc:
+        _check_harness(sandbox)
         output = _tail(result.stdout + result.stderr)
         return PytestRun(not_run, f"pytest gave no usable report (exit status {result.exit_code}; {exc}): {output}")
     if result.exit_code not in _TESTS_RAN:
@@ -167,8 +190,23 @@ def verdict(task: SweTask, run: PytestRun) -> GradeResult:
 def _apply(sandbox: Sandbox, patch: str, what: str) -> None:
     # Models often drop a patch's final newline, which git reads as a corrupt last hunk.
     result = sandbox.exec(_APPLY, timeout_s=_GIT_TIMEOUT_S, stdin=patch if patch.endswith("\n") else patch + "\n")
+    if result.timed_out:
+        raise HarnessError(f"applying the {what} in the {sandbox.backend} sandbox timed out after "
+                           f"{_GIT_TIMEOUT_S:g} s: {_tail(result.stderr or result.stdout)}")
+    if result.exit_code in _MISSING_TOOL:
+        raise HarnessError(f"the {sandbox.backend} sandbox cannot run git to apply the {what} "
+                           f"(exit status {result.exit_code}): {_tail(result.stderr or result.stdout)}")
     if result.exit_code != 0:
         raise PatchRejected(f"{what} does not apply: {_tail(result.stderr or result.stdout)}")
+
+
+def _check_harness(sandbox: Sandbox) -> None:
+    """Raise HarnessError when the sandbox cannot run the framework's Python with pytest."""
+    result = sandbox.exec(_HARNESS_PROBE, timeout_s=_GIT_TIMEOUT_S)
+    if result.timed_out or result.exit_code != 0:
+        status = "timed out" if result.timed_out else f"exited {result.exit_code}"
+        raise HarnessError(f"the {sandbox.backend} sandbox cannot run pytest (`{_HARNESS_PROBE}` {status}): "
+                           f"{_tail(result.stderr or result.stdout)}")
 
 
 def _reject_protected_changes(sandbox: Sandbox, task: SweTask) -> None:

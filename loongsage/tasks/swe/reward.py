@@ -1,7 +1,8 @@
 """The SWE reward for the RL loop: 1.0 when the patch resolves the task, else 0.0.
 
 It never raises: a grading failure costs this sample its reward and is logged and
-returned in the metadata, so one broken sandbox does not stop a run.
+returned in the metadata (`error`: the grader broke, not the patch), so one broken sandbox
+does not stop a run; the controller stops a step where every grading broke.
 """
 from __future__ import annotations
 
@@ -62,6 +63,7 @@ class SweRewardFn:
         return swe_reward(task, response, self.backend, self.timeout_s)
 
 
-def episode_reward(item: dict[str, Any], result: Any) -> tuple[float, dict[str, Any]]:
-    """An agent episode's reward: its workspace diff graded against the item's task."""
-    return score_patch(item["task"], result.patch)
+def episode_reward(item: dict[str, Any], result: Any, backend: str = "auto") -> tuple[float, dict[str, Any]]:
+    """An agent episode's reward: its workspace diff graded against the item's task, in a
+    sandbox of `backend` (the run's agent.sandbox)."""
+    return score_patch(item["task"], result.patch, backend=backend)
