@@ -1,4 +1,7 @@
-"""`python -m loongsage.tasks.swe check TASKS.jsonl` and `... grade TASKS.jsonl PREDS.jsonl`."""
+"""`python -m loongsage.tasks.swe check TASKS.jsonl` and `... grade TASKS.jsonl PREDS.jsonl`.
+
+Both first check the sandbox backend (a tool call, one bundled gold patch graded) and exit 2
+with the reason and the fix when it cannot grade, rather than failing every task alike."""
 from __future__ import annotations
 
 import argparse
@@ -12,6 +15,7 @@ from typing import Any, TypeVar
 
 from loongsage.tasks.swe.grading import DEFAULT_TIMEOUT_S, GradeResult, check, grade
 from loongsage.tasks.swe.instance import SweFormatError, SweTask, load_predictions, load_tasks
+from loongsage.tasks.swe.preflight import PreflightError, sandbox_preflight
 from loongsage.tasks.swe.report import (
     UNKNOWN_INSTANCE,
     build_report,
@@ -29,14 +33,19 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.command(args)
-    except (SweFormatError, OSError) as exc:  # a bad task, prediction or report path
+    except (SweFormatError, OSError, PreflightError) as exc:  # a bad task, prediction or report path; no sandbox
         print(f"error: {exc}", file=sys.stderr)
         return 2
+
+
+def _preflight(args: argparse.Namespace) -> None:
+    print(sandbox_preflight(args.backend, choose="--backend NAME"), file=sys.stderr, flush=True)
 
 
 def _check(args: argparse.Namespace) -> int:
     """Exit 0 iff every task is sound."""
     tasks = load_tasks(args.tasks)
+    _preflight(args)
     problems_by_task: dict[str, list[str]] = {}
     results = _in_order(lambda task: check(task, args.backend, args.timeout), tasks, args.workers)
     for task, problems in zip(tasks, results):
@@ -49,6 +58,7 @@ def _check(args: argparse.Namespace) -> int:
 def _grade(args: argparse.Namespace) -> int:
     tasks = load_tasks(args.tasks)
     predictions = {prediction.instance_id: prediction for prediction in load_predictions(args.predictions)}
+    _preflight(args)
     task_ids = {task.instance_id for task in tasks}
     unknown = [instance_id for instance_id in predictions if instance_id not in task_ids]
 
