@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import statistics
 
+from loongsage.controller.grading_health import grading_errors
 from loongsage.sample import Sample
 
 
@@ -20,6 +21,8 @@ def rollout_metrics(samples: list[Sample]) -> dict[str, float]:
         "rollout/truncated_frac": sum(s.finish_reason == "length" for s in samples) / len(samples),
         "rollout/zero_variance_group_frac": sum(max(g) == min(g) for g in groups.values()) / len(groups),
         "rollout/reward_errors": float(sum("reward_error" in s.metadata for s in samples)),
+        # Rewards of 0 because grading broke, not the patch (episodes).
+        "rollout/grading_errors": float(grading_errors(samples)),
         "rollout/samples": float(len(samples)),
         **_agent_metrics(samples),
         **_per_source_metrics(samples),

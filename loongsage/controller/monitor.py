@@ -50,9 +50,12 @@ class Monitor:
         done = step - self.start_step
         elapsed = time.perf_counter() - self.started
         eta = elapsed / done * (self.total_steps - step) if done else 0.0
+        # Only when some grading broke: then a reward of 0 may not be the model's.
+        grading_errors = metrics.get("rollout/grading_errors", 0.0)
         return (
             f"step {step}/{self.total_steps} | reward {metrics.get('rollout/reward_mean', 0.0):.3f}"
-            f" | len {metrics.get('rollout/response_len_mean', 0.0):.1f}"
+            + (f" (grading errors {grading_errors:.0f})" if grading_errors else "")
+            + f" | len {metrics.get('rollout/response_len_mean', 0.0):.1f}"
             f" | loss {metrics.get('train/loss', 0.0):+.4f}"
             f" | k3 {metrics.get('train/mismatch_k3_kl', 0.0):.1e}"
             f" | step {metrics.get('timing/step_s', 0.0):.1f}s | ETA {_clock(eta)}"
@@ -75,6 +78,7 @@ class Monitor:
                     "finish_reason": sample.finish_reason,
                     "weight_version": sample.weight_versions[0] if sample.weight_versions else None,
                     **({"reward_error": sample.metadata["reward_error"]} if "reward_error" in sample.metadata else {}),
+                    **({"grading_error": sample.metadata["grading_error"]} if "grading_error" in sample.metadata else {}),
                 }
                 out.write(json.dumps(record) + "\n")
 
