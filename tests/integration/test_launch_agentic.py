@@ -28,9 +28,11 @@ def test_agentic_recipe_runs_episodes_and_trains_on_them(recipe, agent_overrides
     assert all(n >= 2 for n in logged["rollout/samples"].values())
     assert logged["rollout/reward_mean"] == {1: 0.0, 2: 0.0}
     assert logged["rollout/reward_errors"] == {1: 0.0, 2: 0.0}  # graded, not failed
+    assert logged["rollout/grading_errors"] == {1: 0.0, 2: 0.0}
     assert max(logged["train/mismatch_k3_kl"].values()) < 1e-4  # the trained ids are the sampled ids
     rollouts = (tmp_path / "rollouts.jsonl").read_text()
     if recipe == "agentic_swe":
+        assert "sandbox preflight passed in " in result.stdout  # before the warm start
         # Warm start: 2 epochs of 4 demonstrations in batches of 2, then the weights reach the
         # engines before the first rollout; RL runs on synthesized tasks of another seed.
         nll = logged["warm_start/nll"]
