@@ -16,11 +16,14 @@ T = TypeVar("T")
 
 class StepInterrupted(Exception):
     """A wait for the next training batch was given up (the run is stopping, e.g. preempted).
-    `abandoned`: the thread still doing the given-up work, if any, to be waited for at shutdown."""
+    `abandoned`: the thread still doing the given-up work, if any, to be waited for at shutdown.
+    `trainer_busy`: the given-up work was the trainer's, whose state is then half-updated and
+    must not be saved."""
 
-    def __init__(self, message: str, abandoned: threading.Thread | None = None):
+    def __init__(self, message: str, abandoned: threading.Thread | None = None, trainer_busy: bool = False):
         super().__init__(message)
         self.abandoned = abandoned
+        self.trainer_busy = trainer_busy
 
 
 def poll_timeout(deadline: float | None) -> float:
@@ -28,7 +31,7 @@ def poll_timeout(deadline: float | None) -> float:
     return STOP_POLL_S if deadline is None else max(0.0, min(STOP_POLL_S, deadline - time.perf_counter()))
 
 
-def call_interruptibly(fn: Callable[[], T], stop: Callable[[], bool], name: str) -> T:
+def call_interruptibly(fn: Callable[[], T], stop: Callable[[], bool], name: str, trainer_busy: bool = False) -> T:
     """`fn()` in a daemon thread, waited for from here: its result or exception, or StepInterrupted
     once `stop()` is true. An abandoned `fn` goes on in the background; its result is dropped and
     the run is about to end: wait for the thread (`StepInterrupted.abandoned`) once what it waits
@@ -46,7 +49,7 @@ def call_interruptibly(fn: Callable[[], T], stop: Callable[[], bool], name: str)
     while worker.is_alive():
         worker.join(STOP_POLL_S)
         if worker.is_alive() and stop():
-            raise StepInterrupted(f"stopped waiting for {name}", abandoned=worker)
+            raise StepInterrupted(f"stopped waiting for {name}", abandoned=worker, trainer_busy=trainer_busy)
     if "error" in outcome:
         raise outcome["error"]
     return outcome["result"]

@@ -14,6 +14,7 @@ from loongsage.config import Config
 from loongsage.controller.agent_rollout import AgentRolloutSource
 from loongsage.controller.async_rollout import ROLLOUT_GROUP_THREAD, AsyncRollout
 from loongsage.controller.interruptible import StepInterrupted, call_interruptibly, thread_stacks
+from loongsage.controller.engine_failure import EngineDied
 from loongsage.controller.checkpoint import latest_checkpoint, load_controller_state, save_checkpoint
 from loongsage.controller.metrics import rollout_metrics
 from loongsage.controller.monitor import Monitor
@@ -56,14 +57,19 @@ class Controller:
         self._abandoned: list[threading.Thread] = []  # rollouts given up when the run was stopped
         self._resume_if_possible()
 
-    def run(self, stop: Callable[[], bool] = lambda: False) -> bool:
-        """Train until run.steps (True), or until `stop()` turns true (Slurm's warning signal):
-        then the last finished step is saved, a step still waiting for its rollout is given up,
-        and the result is False. A step already training finishes first."""
+    def run(self, stop: Callable[[], bool] = lambda: False, abandon: Callable[[], bool] = lambda: False) -> bool:
+        """Train until run.steps (True), or until a stop is asked for (False; see stopping.py).
+        `stop()` (Slurm's warning, SIGTERM): a step still waiting for its rollout is given up, a
+        step training finishes, and the last finished step is saved. `abandon()` (Ctrl-C): the
+        warm start or a step training is given up too, and then nothing more is saved.
+        EngineDied when an inference engine's process is gone."""
         monitor = Monitor(self.cfg.logging, self.run_dir, self.cfg.run.steps, self.step)
+        prompts_before = None
         try:
+            if stop():
+                raise StepInterrupted("asked to stop before the first step")
             if self.cfg.warm_start.source and not self._warm_started:
-                self._warm_start(monitor)
+                self._warm_start(monitor, stop, abandon)
                 self._warm_started = True
                 monitor.start_clock()
             if self.cfg.run.mode != "sync" or self.cfg.pipeline.filter_zero_variance:
@@ -74,30 +80,36 @@ class Controller:
                 # Sync: where the stream stood after the last step. Async: the rollout's own
                 # checkpoint_state (read under its lock) says it, so nothing is read here.
                 prompts_before = self.prompts.state_dict() if self.async_rollout is None else None
-                try:
-                    if stop():
-                        raise StepInterrupted("asked to stop between steps")
-                    samples, metrics = self._one_step(stop)
-                except StepInterrupted as interrupted:
-                    if interrupted.abandoned is not None:
-                        self._abandoned.append(interrupted.abandoned)
-                    self._save_on_stop(prompts_before)
-                    return False
+                if stop():
+                    raise StepInterrupted("asked to stop between steps")
+                samples, metrics = self._one_step(stop, abandon)
                 self.step += 1
                 monitor.log(self.step, metrics, samples)
                 if self.step % self.cfg.run.save_every == 0 or self.step == self.cfg.run.steps:
                     self._save()
             return True
+        except StepInterrupted as interrupted:
+            if interrupted.abandoned is not None:
+                self._abandoned.append(interrupted.abandoned)
+            self._stop_here(interrupted, prompts_before)
+            return False
+        except Exception as error:
+            dead = self.rollout.dead_engines()
+            if dead:
+                raise EngineDied(dead, self.step + 1, latest_checkpoint(self.run_dir), error) from None
+            raise
         finally:
             monitor.close()
 
     def shutdown(self) -> None:
-        """Generation stops first, so rollout threads still running end fast and are waited for:
-        Ray ends the whole process if one of its threads calls it after ray.shutdown()."""
+        """Generation stops first and then the trainer, so threads given up on (a rollout, a
+        training step) end fast and are waited for: Ray ends the whole process if one of its
+        threads calls it after ray.shutdown()."""
         if self.async_rollout is not None:
             self.async_rollout.close()
         self.rollout.shutdown()
         self.source.close()
+        self.trainer.shutdown()
         still_running = []
         for thread in self._abandoned:
             thread.join(SHUTDOWN_WAIT_S)
@@ -109,7 +121,6 @@ class Controller:
             stuck = [t for t in threading.enumerate() if t in self._abandoned or t.name.startswith(ROLLOUT_GROUP_THREAD)]
             print(f"[loongsage] warning: still running at shutdown: {', '.join(still_running)}\n{thread_stacks(stuck)}",
                   flush=True)
-        self.trainer.shutdown()
         self.placement.remove()
 
     def _rollout_source(self, model_path: str):
@@ -119,32 +130,35 @@ class Controller:
         rewards = RewardPool(self.cfg.data.reward, self.cfg.data.num_reward_workers)
         return SyncRolloutSource(self.cfg.rollout, self.prompts, self.rollout, rewards, self.cfg.run.seed)
 
-    def _warm_start(self, monitor: Monitor) -> None:
+    def _warm_start(self, monitor: Monitor, stop: Callable[[], bool], abandon: Callable[[], bool]) -> None:
         ws = self.cfg.warm_start
-        samples = self.source.demonstrations(list(get_data_source(ws.source)(**ws.options)))
+        items = list(get_data_source(ws.source)(**ws.options))
+        samples = call_interruptibly(lambda: self.source.demonstrations(items), stop, "recording the demonstrations")
         print(f"[loongsage] warm start: {len(samples)} demonstrations from {ws.source}", flush=True)
 
         def log(update: int, metrics: dict[str, float]) -> None:
             monitor.scalars(update, {"warm_start/nll": metrics["train/loss"], "warm_start/grad_norm": metrics["train/grad_norm"]})
 
-        warm_start(samples, ws, self.trainer.supervised_step, self.cfg.run.seed, log)
-        self._sync_weights()
+        call_interruptibly(lambda: warm_start(samples, ws, self.trainer.supervised_step, self.cfg.run.seed, log),
+                           abandon, "the warm start", trainer_busy=True)
+        call_interruptibly(self._sync_weights, abandon, "the weight sync after the warm start", trainer_busy=True)
 
-    def _one_step(self, stop: Callable[[], bool]) -> tuple[list[Sample], dict[str, float]]:
+    def _one_step(self, stop: Callable[[], bool], abandon: Callable[[], bool]) -> tuple[list[Sample], dict[str, float]]:
         """Step `self.step + 1`; StepInterrupted (nothing trained) when `stop()` turns true while
-        its batch is still being rolled out."""
+        its batch is still being rolled out, or `abandon()` while it trains or syncs weights."""
+        step = self.step + 1
         started = time.perf_counter()
         if self.async_rollout is not None:
             samples, pipeline_metrics = self.async_rollout.take(self.weight_version, stop)
         else:
-            step = self.step + 1
             samples = call_interruptibly(lambda: self.source.next_batch(step), stop, f"the rollout of step {step}")
             pipeline_metrics = {}
         rolled_out = time.perf_counter()
         self._assign_advantages(samples)
-        metrics = self.trainer.train_step(samples, policy_version=self.weight_version)
+        metrics = call_interruptibly(lambda: self.trainer.train_step(samples, policy_version=self.weight_version),
+                                     abandon, f"training step {step}", trainer_busy=True)
         trained = time.perf_counter()
-        self._sync_weights()
+        call_interruptibly(self._sync_weights, abandon, f"the weight sync of step {step}", trainer_busy=True)
         synced = time.perf_counter()
         metrics.update(rollout_metrics(samples))
         metrics.update(pipeline_metrics)
@@ -199,15 +213,24 @@ class Controller:
         save_checkpoint(self.run_dir, self.step, state, self.trainer.save_checkpoint)
         self._saved_step = self.step
 
-    def _save_on_stop(self, prompts_state: dict | None) -> None:
-        """The checkpoint a stopping run resumes from, unless its last step was just saved or it has
-        not trained at all (a finished warm start counts: step 0 with the warm-started weights)."""
+    def _stop_here(self, interrupted: StepInterrupted, prompts_state: dict | None) -> None:
+        """The checkpoint a stopping run resumes from, unless its last step was just saved, it has
+        not trained at all (a finished warm start counts: step 0 with the warm-started weights), or
+        the trainer was stopped in the middle of an update (then the last checkpoint stands)."""
         started = time.perf_counter()
         trained = self.step > 0 or self._warm_started
-        if trained and self._saved_step != self.step:
+        if interrupted.trainer_busy:
+            checkpoint = latest_checkpoint(self.run_dir)
+            kept = f"the last checkpoint is {checkpoint}" if checkpoint else "no checkpoint yet: the run starts over"
+            print(f"[loongsage] stopping at step {self.step}: {interrupted}, nothing saved ({kept}; "
+                  f"SIGTERM instead of Ctrl-C finishes the step in progress and saves it)", flush=True)
+            return
+        if not trained:
+            print("[loongsage] stopping before training: nothing to save", flush=True)
+            return
+        if self._saved_step != self.step:
             self._save(prompts_state)
-        where = f"at step {self.step}" if trained else "before training (nothing to save)"
-        print(f"[loongsage] stopping {where}: checkpoint written in {time.perf_counter() - started:.1f} s", flush=True)
+        print(f"[loongsage] stopping at step {self.step}: checkpoint written in {time.perf_counter() - started:.1f} s", flush=True)
 
     def _resume_if_possible(self) -> None:
         checkpoint = latest_checkpoint(self.run_dir)

@@ -11,6 +11,7 @@ import ray
 
 from loongsage.cluster.actor_placement import check_one_per_actor
 from loongsage.config import RolloutConfig
+from loongsage.controller.engine_failure import dead_engines
 from loongsage.controller.prompts import Prompt
 from loongsage.controller.request_loop import RequestLoop
 from loongsage.inference.activity import ActivityMeter
@@ -18,6 +19,7 @@ from loongsage.inference.client import EngineClient
 from loongsage.inference.resumable import generate_resumable
 from loongsage.sample import Sample
 
+ENGINE_STOP_TIMEOUT_S = 10.0
 MAX_RESUMES = 64  # weight updates one response may live through; the staleness window drops it long before
 
 
@@ -98,14 +100,25 @@ class RolloutGroup:
     def shutdown(self) -> None:
         """Engines stop first, so requests in flight end; a rollout thread still waiting on one
         then gets RequestLoopClosed rather than waiting forever."""
-        ray.get([actor.stop.remote() for actor in self.actors])
+        stopping = [actor.stop.remote() for actor in self.actors]
+        for actor, stopped in zip(self.actors, stopping):
+            try:
+                ray.get(stopped, timeout=ENGINE_STOP_TIMEOUT_S)
+            except ray.exceptions.RayActorError:
+                pass  # already dead: nothing to stop (the run says which engine died)
+            except ray.exceptions.GetTimeoutError:
+                ray.kill(actor)  # hung (or stopped by a debugger): it must not hold the run's exit
         self._requests.close(last=self._close_clients())
+
+    def dead_engines(self) -> list[str]:
+        """The engines whose actor is gone, named for the message that stops the run."""
+        return dead_engines(self.actors, self.__dict__.get("urls", []))
 
     def _run(self, coroutine):
         return self._requests.run(coroutine)
 
     async def _close_clients(self) -> None:
-        for client in self.clients:
+        for client in self.__dict__.get("clients", []):  # never started: nothing to close
             await client.aclose()
 
     async def _group(self, prompt: Prompt, group_id: int, step: int, seed: int) -> list[Sample]:

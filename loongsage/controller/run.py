@@ -1,18 +1,30 @@
-"""Bring up the runtime around the controller: run dir, resolved config, Ray."""
+"""Bring up the runtime around the controller: run dir, resolved config, Ray, signals.
+
+Shutdown order, the one place it is written (each step needs the ones after it still up):
+1. the controller's loop returns (finished, or stopped at a safe point: see stopping.py);
+2. `Controller.shutdown()`: generation stops, rollout threads end, the trainer's actors go;
+3. `ray.shutdown()`, then Slurm's Ray workers (when this run started them);
+4. whatever the run started and is still alive is killed (Ray's agents can outlive it);
+5. the signal handlers are put back, and a stopped run says how to go on and exits.
+"""
 from __future__ import annotations
 
 import os
-import signal
+import shlex
+import sys
 from pathlib import Path
 
 import ray
 from omegaconf import OmegaConf
 
-from loongsage.cluster.preemption import PreemptionNotice
 from loongsage.config import Config
+from loongsage.controller.engine_failure import EngineDied
+from loongsage.controller.stopping import RunStop
 
 # A run that stopped on the warning signal and saved; run it again (same run.dir) to go on.
 PREEMPTED_EXIT_CODE = 3
+# A run that could not go on (an engine died): its checkpoint stands; fix, then run again.
+FAILED_EXIT_CODE = 1
 
 
 def run(cfg: Config) -> Path | None:
@@ -28,30 +40,54 @@ def run(cfg: Config) -> Path | None:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
     print(f"[loongsage] run dir: {run_dir}", flush=True)
-    notice = PreemptionNotice()
-    with notice.ignored_by_children():
+    stop = RunStop()
+    with stop.ignored_by_children():
         slurm_ray = _init_ray(cfg)
-    notice.listen()
+    stop.listen()
+    failure: EngineDied | None = None
     try:
         from loongsage.controller.loop import Controller
 
         controller = Controller(cfg, run_dir)
         try:
-            finished = controller.run(stop=lambda: notice.requested)
+            finished = controller.run(stop=lambda: stop.requested, abandon=lambda: stop.urgent)
+        except EngineDied as died:
+            finished, failure = False, died
         finally:
             controller.shutdown()
     finally:
         ray.shutdown()
         if slurm_ray is not None:
             slurm_ray.stop()
-        notice.close()
+        leftovers = stop.kill_leftover_processes()
+        if leftovers:
+            print(f"[loongsage] killed {len(leftovers)} process(es) still running after Ray's shutdown: "
+                  f"{', '.join(leftovers)}", flush=True)
+        stop.close()
+    if failure is not None:
+        print(f"[loongsage] {failure}\n[loongsage] to go on: {resume_command(run_dir)}", file=sys.stderr, flush=True)
+        raise SystemExit(FAILED_EXIT_CODE)
     if not finished:
-        print(f"[loongsage] stopped on {signal.Signals(notice.signum).name}, {notice.seconds_since():.1f} s after it "
+        _say_how_to_go_on(cfg, stop, run_dir)
+    return run_dir
+
+
+def resume_command(run_dir: Path) -> str:
+    """This run's own command line, with its run dir, so that it resumes."""
+    args = [a for a in sys.argv[1:] if not a.startswith(("run.dir=", "hydra.run.dir="))]
+    return shlex.join(["python", os.path.basename(sys.argv[0]) or "launch.py", *args, f"run.dir={run_dir}"])
+
+
+def _say_how_to_go_on(cfg: Config, stop: RunStop, run_dir: Path) -> None:
+    if stop.preemption.requested and stop.signum is None:
+        print(f"[loongsage] stopped on {stop.reason}, {stop.seconds_since():.1f} s after it "
               f"(Slurm allows cluster.signal_delay_s={cfg.cluster.signal_delay_s}); the run goes on from {run_dir}",
               flush=True)
-        notice.requeue(cfg.cluster.max_requeues)
+        stop.preemption.requeue(cfg.cluster.max_requeues)
         raise SystemExit(PREEMPTED_EXIT_CODE)
-    return run_dir
+    print(f"[loongsage] stopped on {stop.reason}, {stop.seconds_since():.1f} s after it; to go on: "
+          f"{resume_command(run_dir)}", file=sys.stderr, flush=True)
+    raise SystemExit(128 + stop.signum)
 
 
 def _init_ray(cfg: Config):

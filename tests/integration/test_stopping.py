@@ -1,0 +1,179 @@
+"""Stopping a run as people do, through the real entry point: Ctrl-C (SIGINT to the whole
+process group, as a terminal sends it) in each phase, SIGTERM, Ctrl-C twice, and an engine
+that dies. Each run must end within seconds, say how to go on, keep only complete
+checkpoints, and leave no process of its own behind (Ray's agents included).
+
+A phase is made to last by stopping a process with SIGSTOP (the trainer, the engine), so the
+signal is known to arrive in that phase rather than hoped to."""
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.paths import REPO_ROOT
+
+# 4 prompts x 4 samples, each scored after 0.25 s: the rollout phase of a step takes ~4 s.
+SLOW = ["recipe=math_grpo", "model=tiny", "rollout.prompts_per_step=4", "rollout.group_size=4",
+        "rollout.max_new_tokens=16", "trainer.micro_batch_size=4", "trainer.lr=1e-3",
+        "data.reward=tests.integration.toy_rewards:slow_e_fraction", "run.save_every=100", "run.steps=4"]
+WARM_START = ["recipe=agentic_swe", "model=tiny", "run.steps=2", "rollout.prompts_per_step=1", "rollout.group_size=2",
+              "agent.options.max_turns=2", "agent.options.max_tokens=16", "warm_start.options.count=4",
+              "warm_start.batch_size=2"]
+CTRL_C_EXIT = 128 + signal.SIGINT
+TERM_EXIT = 128 + signal.SIGTERM
+
+
+class Run:
+    """launch.py in a session of its own (like a terminal's foreground job), read line by line."""
+
+    def __init__(self, *overrides: str):
+        self.args = [sys.executable, "launch.py", *overrides]
+        self.process = subprocess.Popen(self.args, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True, start_new_session=True)
+        self.lines: list[str] = []
+        self.signalled_at = 0.0
+
+    def wait_for(self, prefix: str) -> None:
+        for line in self.process.stdout:
+            self.lines.append(line)
+            if line.startswith(prefix):
+                return
+        pytest.fail(f"the run ended before printing {prefix!r}:\n{self.output[-4000:]}")
+
+    def processes(self) -> list[psutil.Process]:
+        return psutil.Process(self.process.pid).children(recursive=True)
+
+    def actor(self, name: str) -> psutil.Process:
+        for process in self.processes():
+            try:
+                if f"ray::{name}" in " ".join(process.cmdline()):
+                    return process
+            except psutil.Error:
+                continue
+        pytest.fail(f"no ray::{name} process among the run's")
+
+    def ctrl_c(self) -> None:
+        self.signalled_at = time.monotonic()
+        os.killpg(self.process.pid, signal.SIGINT)  # what a terminal does: the whole foreground group
+
+    def finish(self, timeout: float = 120) -> tuple[int, float]:
+        """(exit code, seconds from the last signal to the end)."""
+        rest, _ = self.process.communicate(timeout=timeout)
+        self.lines.append(rest)
+        return self.process.returncode, time.monotonic() - self.signalled_at
+
+    @property
+    def output(self) -> str:
+        return "".join(self.lines)
+
+
+def assert_all_ended(processes: list[psutil.Process]) -> None:
+    time.sleep(0.5)
+    alive = []
+    for process in processes:
+        try:
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(f"{process.pid} {' '.join(process.cmdline())[:80]}")
+        except psutil.NoSuchProcess:
+            pass
+    for process in processes:  # do not leave them to the next test
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    assert not alive, f"outlived the run: {alive}"
+
+
+def latest(run_dir: Path) -> str | None:
+    pointer = run_dir / "checkpoints" / "latest"
+    return pointer.read_text().strip() if pointer.exists() else None
+
+
+def test_ctrl_c_while_rolling_out_saves_the_last_step_and_the_printed_command_resumes(tmp_path):
+    run = Run(*SLOW, f"run.dir={tmp_path}")
+    run.wait_for("step 2/")
+    started = run.processes()
+    run.ctrl_c()  # step 3's rollout (~4 s of scoring) has just begun
+    code, stop_s = run.finish()
+    assert code == CTRL_C_EXIT, run.output[-4000:]
+    assert "[loongsage] stopping at step 2: checkpoint written" in run.output, run.output[-4000:]
+    assert latest(tmp_path) == "step_000002"
+    assert stop_s < 20, f"stopping took {stop_s:.1f} s"
+    assert_all_ended(started)
+
+    command = run.output.split("to go on: ", 1)[1].splitlines()[0]
+    argv = shlex.split(command)
+    assert argv[:2] == ["python", "launch.py"] and f"run.dir={tmp_path}" in argv
+    resumed = subprocess.run([sys.executable, *argv[1:]], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    assert "at step 2" in resumed.stdout and "step 4/4" in resumed.stderr
+
+
+def test_ctrl_c_during_the_warm_start_abandons_it_unsaved(tmp_path):
+    run = Run(*WARM_START, f"run.dir={tmp_path}")
+    run.wait_for("warm start 1/")
+    run.actor("TrainWorker").suspend()  # the rest of the warm start now waits forever
+    started = run.processes()
+    run.ctrl_c()
+    code, stop_s = run.finish()
+    assert code == CTRL_C_EXIT, run.output[-4000:]
+    assert "stopped waiting for the warm start, nothing saved" in run.output, run.output[-4000:]
+    assert latest(tmp_path) is None
+    assert stop_s < 20, f"stopping took {stop_s:.1f} s"
+    assert_all_ended(started)
+
+
+def test_sigterm_finishes_the_step_and_saves_it(tmp_path):
+    run = Run(*SLOW, f"run.dir={tmp_path}")
+    run.wait_for("step 2/")
+    started = run.processes()
+    run.signalled_at = time.monotonic()
+    run.process.terminate()  # to the controller alone, as `kill <pid>` does
+    code, stop_s = run.finish()
+    assert code == TERM_EXIT, run.output[-4000:]
+    assert "[loongsage] stopping at step 2: checkpoint written" in run.output, run.output[-4000:]
+    assert "to go on: python launch.py" in run.output
+    assert latest(tmp_path) == "step_000002"
+    assert "Traceback" not in run.output and "SIGTERM received at time" not in run.output  # Ray's native dump
+    assert_all_ended(started)
+
+
+def test_second_ctrl_c_exits_at_once_even_with_every_actor_stuck(tmp_path):
+    run = Run(*SLOW, f"run.dir={tmp_path}")
+    run.wait_for("step 1/")
+    for name in ("TrainWorker", "EmbeddedEngineActor"):
+        run.actor(name).suspend()
+    started = run.processes()
+    run.ctrl_c()
+    time.sleep(2)
+    run.ctrl_c()
+    code, stop_s = run.finish(timeout=30)
+    assert code == CTRL_C_EXIT, run.output[-4000:]
+    assert "SIGINT again: exiting now" in run.output, run.output[-4000:]
+    assert stop_s < 10, f"the second Ctrl-C took {stop_s:.1f} s"
+    assert_all_ended(started)
+
+
+def test_a_dead_engine_stops_the_run_with_one_paragraph(tmp_path):
+    run = Run(*SLOW, "run.save_every=1", f"run.dir={tmp_path}")
+    run.wait_for("step 1/")
+    started = run.processes()
+    before = len(run.lines)
+    run.signalled_at = time.monotonic()
+    run.actor("EmbeddedEngineActor").kill()
+    code, _ = run.finish()
+    after = "".join(run.lines[before:])
+    assert code == 1, run.output[-4000:]
+    assert "inference engine 0 (http://" in after and "died during step 2" in after, after[-4000:]
+    assert f"last checkpoint: {tmp_path}/checkpoints/step_000001" in after
+    assert f"to go on: python launch.py" in after and f"run.dir={tmp_path}" in after
+    assert "Traceback" not in after and len(after.splitlines()) < 40, after[-6000:]
+    assert_all_ended(started)
