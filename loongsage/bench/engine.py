@@ -1,6 +1,6 @@
 """Embedded engine vs `transformers.generate` throughput on the same prompts and sampling settings.
 
-    python -m loongsage.bench engine [--model smollm2-135m] [--prompts 32] [--max-new-tokens 128]
+    python -m loongsage.bench engine [--model smollm2-135m] [--prompts 32] [--max-new-tokens 128] [--repeats 3]
 
 Like SGLang's and vLLM's throughput benchmarks, every prompt asks for a fixed number of output
 tokens and end-of-sequence is ignored, so both sides produce exactly the same number of tokens
@@ -10,6 +10,13 @@ seeded log-normal and clipped to [8, max_new_tokens]. Both sides sample at tempe
 top-p 1.0 / no top-k. The engine is driven over HTTP with all prompts in flight at once, as the
 rollout workers do, each request with its own length; `generate` takes one length per call, so
 it runs the batch to the longest and only each row's requested tokens count.
+
+Both sides are loaded once and warmed up with a short request before any timed pass, then
+timed in turns (transformers, engine, transformers, ...; `--repeats`). Each keeps its model
+between passes, as a served engine or a user's script would, so neither side's later passes
+run warm while the other's reload; the first pair pays for each side's first full-size batch
+(allocator growth) on both sides alike. The engine's prompt cache is flushed before each of
+its passes, so no pass reuses the last one's prefixes.
 """
 from __future__ import annotations
 
@@ -18,11 +25,13 @@ import copy
 import asyncio
 import math
 import random
+import statistics
 import time
 
 import torch
 from transformers import AutoModelForCausalLM
 
+from loongsage.bench.repeat import add_repeats_argument, interleaved, pair_ratios, ratio_line, runs_note
 from loongsage.inference.client import EngineClient
 from loongsage.inference.embedded.engine import Engine
 from loongsage.inference.embedded.server import EmbeddedServer
@@ -54,16 +63,27 @@ def main(argv: list[str]) -> int:
     lengths = output_lengths(len(prompts), args.max_new_tokens, args.seed)
     print(f"model={args.model} prompts={len(prompts)} output tokens={sum(lengths)} "
           f"(per prompt {min(lengths)}-{max(lengths)}, median {sorted(lengths)[len(lengths) // 2]}) "
-          f"threads={torch.get_num_threads()}")
+          f"threads={torch.get_num_threads()} repeats={args.repeats}")
 
-    engine_tokens, engine_s = _run_engine(model_path, prompts, lengths, args)
-    hf_tokens, hf_s = _run_hf(model_path, tokenizer, prompts, lengths, args)
+    engine = _EngineSide(model_path, prompts, lengths, args)
+    try:
+        hf = _HFSide(model_path, tokenizer, prompts, lengths, args)
+        hf_runs, engine_runs = interleaved(lambda _: hf.run(), lambda _: engine.run(), args.repeats)
+    finally:
+        engine.close()
 
-    engine_tps, hf_tps = engine_tokens / engine_s, hf_tokens / hf_s
-    print(f"embedded engine : {engine_tokens:6d} tokens in {engine_s:7.2f} s = {engine_tps:8.1f} tokens/s")
-    print(f"transformers    : {hf_tokens:6d} tokens in {hf_s:7.2f} s = {hf_tps:8.1f} tokens/s")
-    print(f"ratio (engine / transformers): {engine_tps / hf_tps:.2f}x")
+    _report("embedded engine", engine_runs)
+    _report("transformers", hf_runs)
+    print(ratio_line("engine / transformers tokens/s", pair_ratios([t / s for t, s in engine_runs],
+                                                                   [t / s for t, s in hf_runs])))
     return 0
+
+
+def _report(name: str, runs: list[tuple[int, float]]) -> None:
+    """Tokens are the same every pass (fixed lengths); seconds and tokens/s are medians over the passes."""
+    rates = [t / s for t, s in runs]
+    print(f"{name:16s}: {runs[0][0]:6d} tokens in {statistics.median(s for _, s in runs):7.2f} s = "
+          f"{statistics.median(rates):8.1f} tokens/s (tokens/s {runs_note(rates)})")
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -73,6 +93,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     parser.add_argument("--seed", type=int, default=0)
+    add_repeats_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -89,46 +110,62 @@ def output_lengths(count: int, max_new_tokens: int, seed: int) -> list[int]:
     return [min(max_new_tokens, max(8, round(rng.lognormvariate(median, 0.6)))) for _ in range(count)]
 
 
-def _run_engine(model_path, prompts: list[list[int]], lengths: list[int], args) -> tuple[int, float]:
-    cfg = {"max_running": len(prompts), "max_context": 2048, "seed": args.seed,
-           "num_threads": args.threads or None}
-    server = EmbeddedServer(Engine(model_path, cfg))
-    client = EngineClient(server.start())
-    params = {"temperature": 1.0, "top_p": 1.0, "ignore_eos": True}
+class _EngineSide:
+    """The engine behind its HTTP server, all prompts in flight at once, as the rollout workers drive it."""
 
-    async def run_all(batch: list[list[int]], batch_lengths: list[int]):
+    def __init__(self, model_path, prompts: list[list[int]], lengths: list[int], args):
+        self.prompts, self.lengths = prompts, lengths
+        cfg = {"max_running": len(prompts), "max_context": 2048, "seed": args.seed,
+               "num_threads": args.threads or None}
+        self.server = EmbeddedServer(Engine(model_path, cfg))
+        self.client = EngineClient(self.server.start())
+        self.params = {"temperature": 1.0, "top_p": 1.0, "ignore_eos": True}
+        try:
+            asyncio.run(self._all(prompts[:2], [4, 4]))  # warm-up
+        except BaseException:
+            self.close()
+            raise
+
+    def run(self) -> tuple[int, float]:
+        self.client.flush_cache()
+        start = time.perf_counter()
+        outputs = asyncio.run(self._all(self.prompts, self.lengths))
+        elapsed = time.perf_counter() - start
+        return sum(len(o["output_ids"]) for o in outputs), elapsed
+
+    async def _all(self, batch: list[list[int]], batch_lengths: list[int]):
         return await asyncio.gather(*(
-            client.agenerate(input_ids=p, sampling_params={**params, "max_new_tokens": n})
+            self.client.agenerate(input_ids=p, sampling_params={**self.params, "max_new_tokens": n})
             for p, n in zip(batch, batch_lengths)))
 
-    try:
-        asyncio.run(run_all(prompts[:2], [4, 4]))  # warm-up
-        client.flush_cache()
-        start = time.perf_counter()
-        outputs = asyncio.run(run_all(prompts, lengths))
-        elapsed = time.perf_counter() - start
-    finally:
-        client.close()
-        server.stop()
-    return sum(len(o["output_ids"]) for o in outputs), elapsed
+    def close(self) -> None:
+        self.client.close()
+        self.server.stop()
 
 
-def _run_hf(model_path, tokenizer, prompts: list[list[int]], lengths: list[int], args) -> tuple[int, float]:
-    model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32).eval()
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    width = max(len(p) for p in prompts)
-    input_ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])
-    attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    torch.manual_seed(args.seed)
-    with torch.inference_mode():
-        model.generate(input_ids=input_ids[:2], attention_mask=attention_mask[:2],
-                       generation_config=_sampling_config(model, pad_id, 4))
-        start = time.perf_counter()
-        out = model.generate(input_ids=input_ids, attention_mask=attention_mask,
-                             generation_config=_sampling_config(model, pad_id, max(lengths)))
-        elapsed = time.perf_counter() - start
-    generated = out.shape[1] - width
-    return sum(min(n, generated) for n in lengths), elapsed
+class _HFSide:
+    """`generate` on the whole batch, left-padded, to the longest requested length."""
+
+    def __init__(self, model_path, tokenizer, prompts: list[list[int]], lengths: list[int], args):
+        self.model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32).eval()
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.width = max(len(p) for p in prompts)
+        self.input_ids = torch.tensor([[self.pad_id] * (self.width - len(p)) + p for p in prompts])
+        self.attention_mask = torch.tensor([[0] * (self.width - len(p)) + [1] * len(p) for p in prompts])
+        self.lengths, self.seed = lengths, args.seed
+        with torch.inference_mode():  # warm-up
+            self.model.generate(input_ids=self.input_ids[:2], attention_mask=self.attention_mask[:2],
+                                generation_config=_sampling_config(self.model, self.pad_id, 4))
+
+    def run(self) -> tuple[int, float]:
+        torch.manual_seed(self.seed)
+        with torch.inference_mode():
+            start = time.perf_counter()
+            out = self.model.generate(input_ids=self.input_ids, attention_mask=self.attention_mask,
+                                      generation_config=_sampling_config(self.model, self.pad_id, max(self.lengths)))
+            elapsed = time.perf_counter() - start
+        generated = out.shape[1] - self.width
+        return sum(min(n, generated) for n in self.lengths), elapsed
 
 
 def _sampling_config(model, pad_id: int, max_new_tokens: int):

@@ -1,23 +1,28 @@
 """Trainer step vs a plain HF forward/backward + AdamW loop, tokens/s on the same batch.
 
     python -m loongsage.bench train [--model smollm2-135m] [--samples 4] [--prompt-len 32]
-                                    [--response-len 64] [--micro-batch-size 2] [--steps 2]
+                                    [--response-len 64] [--micro-batch-size 2] [--steps 2] [--repeats 3]
 
 Ours is one TrainWorker (world_size 1, the default DDP strategy) doing full train steps:
 PPO-clip loss, entropy and mismatch-KL metrics, gradient accumulation over micro-batches,
 grad clipping and AdamW. The baseline is what a user would write by hand: HF's own
 causal-LM loss on the response tokens, the same micro-batches, grad clipping and
-torch.optim.AdamW. Steps of the two alternate, so load from elsewhere on the machine
-hits both alike. Tokens counted: all non-padding tokens of the batch, per step.
+torch.optim.AdamW. Both are built and take one untimed step (first-touch allocations,
+optimizer state) before anything is timed; then runs of `--steps` steps alternate (plain
+loop, ours, plain loop, ...; `--repeats` pairs), so load from elsewhere on the machine hits
+both alike, and each side keeps its model and optimizer between runs, as a training job
+does. Tokens counted: all non-padding tokens of the batch, per step.
 """
 from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import time
 
 import torch
 
+from loongsage.bench.repeat import add_repeats_argument, interleaved, pair_ratios, ratio_line, runs_note
 from loongsage.models import load_causal_lm, resolve_model_path
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_micro_batches
@@ -34,25 +39,30 @@ def main(argv: list[str]) -> int:
     samples = _samples(args)
     tokens = sum(sample.num_tokens for sample in samples)
     print(f"model={args.model} samples={args.samples} tokens/step={tokens} "
-          f"micro_batch_size={args.micro_batch_size} threads={torch.get_num_threads()}")
+          f"micro_batch_size={args.micro_batch_size} threads={torch.get_num_threads()} "
+          f"runs of {args.steps} steps, {args.repeats} each side")
 
     ours = _trainer(model_path, args)
     baseline = _PlainLoop(model_path, samples, args.micro_batch_size)
     try:
         ours.train_step(samples)  # warm-up: first-touch allocations, optimizer state
         baseline.step()
-        ours_s = baseline_s = 0.0
-        for _ in range(args.steps):
-            ours_s += _timed(lambda: ours.train_step(samples))
-            baseline_s += _timed(baseline.step)
+        baseline_s, ours_s = interleaved(lambda _: _timed(baseline.step, args.steps),
+                                         lambda _: _timed(lambda: ours.train_step(samples), args.steps), args.repeats)
     finally:
         ours.close()
 
-    ours_tps, baseline_tps = tokens * args.steps / ours_s, tokens * args.steps / baseline_s
-    print(f"loongsage trainer : {ours_s / args.steps:7.2f} s/step = {ours_tps:8.1f} tokens/s")
-    print(f"plain HF loop     : {baseline_s / args.steps:7.2f} s/step = {baseline_tps:8.1f} tokens/s")
-    print(f"ratio (trainer / plain HF): {ours_tps / baseline_tps:.2f}x")
+    _report("loongsage trainer", ours_s, tokens)
+    _report("plain HF loop", baseline_s, tokens)
+    print(ratio_line("trainer / plain HF tokens/s", pair_ratios(baseline_s, ours_s)))  # same tokens: time ratio
     return 0
+
+
+def _report(name: str, step_seconds: list[float], tokens: int) -> None:
+    """Seconds per step and tokens/s: medians over the runs."""
+    rates = [tokens / s for s in step_seconds]
+    print(f"{name:17s} : {statistics.median(step_seconds):7.2f} s/step = {statistics.median(rates):8.1f} tokens/s "
+          f"(tokens/s {runs_note(rates)})")
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -62,9 +72,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--response-len", type=int, default=64)
     parser.add_argument("--micro-batch-size", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=2, help="timed steps in each run of each side")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     parser.add_argument("--seed", type=int, default=0)
+    add_repeats_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -116,7 +127,9 @@ def _labels(micro: PackedBatch) -> torch.Tensor:
     return labels
 
 
-def _timed(fn) -> float:
+def _timed(fn, steps: int) -> float:
+    """Seconds per step over `steps` calls of `fn`."""
     start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+    for _ in range(steps):
+        fn()
+    return (time.perf_counter() - start) / steps
