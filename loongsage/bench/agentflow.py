@@ -2,6 +2,7 @@
 sent straight to the engine's `/generate`.
 
     python -m loongsage.bench agentflow [--model tiny] [--conversations 32] [--turns 3] [--max-tokens 64]
+                                        [--repeats 3]
 
 The engine runs in its own process (as a Ray actor or an SGLang server would), the router on a
 thread of this one. All conversations run at once, each turn after the previous one, as agents do. Every turn asks
@@ -9,8 +10,11 @@ for a fixed number of tokens with EOS ignored and a per-turn sampling seed, so b
 exactly the same work: the direct path replays, turn by turn, the prompt ids the router built,
 and its outputs are checked to be the router's. Both sides post JSON with httpx (the router's
 side as an OpenAI chat completion, the engine's as `/generate`), the engine's prompt cache is
-flushed before every pass, and passes alternate (direct, router, direct, router, ...) after one
-warm-up pass through the router, whose ids the direct passes replay.
+flushed before every pass, and passes alternate (direct, router, direct, router, ...;
+`--repeats` pairs, `--rounds` is its older name) after one warm-up pass each way: through the
+router, whose ids the direct passes replay, and then direct, so that neither side's first timed
+pass is the first of its kind in this process. Per side, a pass's figure is its mean latency per
+turn; printed are the medians over the passes and the median and range of the pairs' ratios.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import time
 import httpx
 
 from loongsage.agentflow.router import Router, RouterConfig, RouterServer
+from loongsage.bench.repeat import add_repeats_argument, interleaved, pair_ratios, ratio_line, runs_note
 from loongsage.inference.client import EngineClient
 from loongsage.inference.embedded.engine import Engine
 from loongsage.inference.embedded.server import EmbeddedServer
@@ -44,36 +49,46 @@ def main(argv: list[str]) -> int:
     server.start()
     engine_client = EngineClient(engine_url)
     print(f"model={args.model} conversations={args.conversations} turns={args.turns} "
-          f"max_tokens={args.max_tokens} engine threads={args.threads or 'default'}")
+          f"max_tokens={args.max_tokens} engine threads={args.threads or 'default'} repeats={args.repeats}")
     try:
         bench = Bench(args, server, engine_client)
         asyncio.run(bench.through_router("warmup"))
         turns = bench.recorded_turns("warmup")
-        router_s, direct_s, inside_s = [], [], []
-        for round_index in range(args.rounds):
-            direct_s += asyncio.run(bench.direct(turns))
-            router_s += asyncio.run(bench.through_router(f"r{round_index}"))
-            bench.check_same_outputs(turns, f"r{round_index}")
-            inside_s += bench.engine_seconds(f"r{round_index}")
+        asyncio.run(bench.direct(turns))  # warm-up of the direct path
+
+        def through_router(index: int) -> tuple[list[float], list[float]]:
+            tag = f"r{index}"
+            seconds = asyncio.run(bench.through_router(tag))
+            bench.check_same_outputs(turns, tag)
+            return seconds, bench.engine_seconds(tag)
+
+        direct_runs, router_runs = interleaved(lambda _: asyncio.run(bench.direct(turns)), through_router, args.repeats)
     finally:
         engine_client.close()
         server.stop()
         engine.terminate()
         engine.join()
-    _report("engine /generate", direct_s)
+    router_s, inside_s = [r for r, _ in router_runs], [e for _, e in router_runs]
+    _report("engine /generate", direct_runs)
     _report("through router", router_s)
     _report("  of which engine", inside_s)
-    added = statistics.mean(r - e for r, e in zip(router_s, inside_s))
-    print(f"router's own time per turn: {added * 1e3:.1f} ms "
-          f"({100 * added / statistics.mean(inside_s):.1f}% of the engine time of the same turns)")
-    ratio = statistics.mean(router_s) / statistics.mean(direct_s)
-    print(f"ratio (router / engine, alternating passes): {ratio:.3f}x  (added latency {100 * (ratio - 1):+.1f}%)")
+    added = [statistics.mean(r - e for r, e in zip(*run)) for run in router_runs]
+    share = [a / statistics.mean(e) for a, (_, e) in zip(added, router_runs)]
+    print(f"router's own time per turn: {statistics.median(added) * 1e3:.1f} ms "
+          f"({100 * statistics.median(share):.1f}% of the engine time of the same turns; "
+          f"ms {runs_note([a * 1e3 for a in added])})")
+    ratios = pair_ratios([statistics.mean(r) for r in router_s], [statistics.mean(d) for d in direct_runs])
+    print(f"{ratio_line('router / engine latency per turn', ratios, digits=3)}  "
+          f"(added latency {100 * (statistics.median(ratios) - 1):+.1f}%)")
     return 0
 
 
-def _report(name: str, seconds: list[float]) -> None:
-    print(f"{name:18s}: {statistics.mean(seconds) * 1e3:8.1f} ms per turn "
-          f"(median {statistics.median(seconds) * 1e3:.1f}, {len(seconds)} turns)")
+def _report(name: str, passes: list[list[float]]) -> None:
+    """Per pass the mean latency of its turns; printed: the median pass, each pass, and the median turn."""
+    means = [statistics.mean(seconds) * 1e3 for seconds in passes]
+    every_turn = [s for seconds in passes for s in seconds]
+    print(f"{name:18s}: {statistics.median(means):8.1f} ms per turn (pass means, {runs_note(means)}; "
+          f"median turn {statistics.median(every_turn) * 1e3:.1f}, {len(passes[0])} turns a pass)")
 
 
 def _start_engine_process(model_path, engine_cfg: dict):
@@ -101,10 +116,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--conversations", type=int, default=32)
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=2, help="timed passes each way")
     parser.add_argument("--threads", type=int, default=1,
                         help="the engine's torch threads (default 1: on a small machine the router and the "
                              "agents need a core too; 0 = torch default)")
+    add_repeats_argument(parser, "--rounds")
     return parser.parse_args(argv)
 
 
