@@ -73,11 +73,18 @@ class ScriptedEngine:
         self.replies: deque[Reply] = deque()
         self.requests: list[dict] = []  # each /generate body, in order
         self.outputs: list[list[int]] = []  # the output ids answered to each
+        self.ports: list[int] = []  # the client port each /generate came from: one per connection
+        self.failures: deque[str] = deque()  # "answer": a JSON 500, kept alive; "raise": uvicorn's 500 + close
         app = FastAPI()
 
         @app.post("/generate")
         async def generate(request: Request):
             body = await request.json()
+            self.ports.append(request.client.port)
+            if self.failures:
+                if self.failures.popleft() == "raise":
+                    raise RuntimeError("scripted engine failure")
+                return JSONResponse({"error": {"message": "scripted engine failure"}}, status_code=500)
             reply = self.replies.popleft()
             self.requests.append(body)
             self.outputs.append(reply.ids)
@@ -111,6 +118,8 @@ class ScriptedEngine:
         self.replies.clear()
         self.requests.clear()
         self.outputs.clear()
+        self.ports.clear()
+        self.failures.clear()
 
     def stop(self) -> None:
         self.server.stop()
@@ -140,6 +149,6 @@ def http() -> httpx.Client:
 
 
 def get_trajectory(server: RouterServer, trajectory_id: str) -> dict:
-    response = http().get(f"{server.base_url}/trajectories/{trajectory_id}", headers=auth(server))
+    response = http().get(server.trajectory_url(trajectory_id), headers=auth(server))
     response.raise_for_status()
     return response.json()

@@ -55,6 +55,11 @@ class Router:
         async with self.engines.engine_for(trajectory_id) as engine:
             max_new_tokens = await self._max_new_tokens(engine, len(plan.prompt_ids), request.sampling.max_tokens)
             generation = await self._generate(engine, plan.prompt_ids, _sampling_params(request), max_new_tokens)
+        if generation.finish.get("type") == "abort" and not generation.output_ids:
+            # Aborted on every resume before its first token: an answer to pass on would be an empty
+            # success the agent cannot tell from a real (empty) reply.
+            raise RouterError(503, f"engine {engine.base_url} aborted the request {len(generation.rids)} time(s) "
+                                   f"before it produced a token ({generation.finish.get('message', 'no reason given')})")
         parse = self.chat_format.parse_assistant if request.parse_tool_calls and request.tools else None
         turn, matched_stop = make_turn(plan, generation, self._decode, parse, engine.base_url)
         if trajectory_id is not None and existing is None:

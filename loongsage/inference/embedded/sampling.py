@@ -65,7 +65,9 @@ def sample_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.
     shifted = logits - logits.amax(-1, keepdim=True)
     torch.exp(shifted, out=weights)
     log_norm = weights.sum(-1).log()
-    tokens = _pick(logits, padded, temperature, top_p, top_k, exp_noise)
+    # The shifted logits (max 0) temper without overflow: logits / 1e-45 would be +-inf, and a
+    # softmax over those NaN, which took the whole batch's step down with it.
+    tokens = _pick(shifted, padded, temperature, top_p, top_k, exp_noise)
     return tokens, shifted.gather(-1, tokens[:, None])[:, 0] - log_norm
 
 
@@ -104,6 +106,7 @@ def _truncate(scaled: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor) ->
     # A token survives top-p while the mass strictly before it is below p: the top token always does.
     inside_p = ((probs.cumsum(-1) - probs) < top_p[:, None]).sum(-1)
     keep = torch.minimum(inside_p, torch.where(top_k > 0, top_k, torch.full_like(top_k, vocab)))
+    keep = keep.clamp(min=1)  # a NaN row keeps no token by the count above; index -1 would fail the batch
     threshold = sorted_logits.gather(1, (keep - 1)[:, None])
     return scaled.masked_fill(scaled < threshold, float("-inf"))
 

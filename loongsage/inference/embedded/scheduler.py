@@ -311,18 +311,32 @@ class Scheduler:
 
     def _advance(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
         """Sample one token per sequence from its logits row, then retire the finished ones."""
-        params = [s.params for s in seqs]
-        tokens, logprobs = sample_tokens(
-            logits, torch.tensor([p.temperature for p in params]), torch.tensor([p.top_p for p in params]),
-            torch.tensor([p.top_k for p in params]), self._exp_noise(seqs, logits.shape[-1]),
-        )
-        self.stats.decoded_tokens += len(seqs)
-        for seq, token, logprob in zip(seqs, tokens.tolist(), logprobs.tolist()):
+        noise = self._exp_noise(seqs, logits.shape[-1])
+        failed: list[tuple[Sequence, Exception]] = []
+        try:
+            tokens, logprobs = sample_tokens(logits, *_sampling_rows(seqs), noise)
+            sampled = list(zip(seqs, tokens.tolist(), logprobs.tolist()))
+        except Exception:
+            # One request's parameters must not fail the others' step: sample row by row, with
+            # the same noise (so each row draws what it would have in the batch), and fail only
+            # the rows that fail alone.
+            log.exception("batched sampling failed; sampling %d row(s) one by one", len(seqs))
+            sampled = []
+            for i, seq in enumerate(seqs):
+                try:
+                    token, logprob = sample_tokens(logits[i:i + 1], *_sampling_rows([seq]), noise[i:i + 1])
+                    sampled.append((seq, int(token[0]), float(logprob[0])))
+                except Exception as exc:
+                    failed.append((seq, exc))
+        self.stats.decoded_tokens += len(sampled)
+        for seq, token, logprob in sampled:
             seq.output_ids.append(token)
             seq.output_logprobs.append(logprob)
         # Retire only once every row has its token: `cached_length`, which sizes the slot move,
         # counts the position this step wrote only after the append.
-        for seq in seqs:
+        for seq, exc in failed:
+            self._fail([seq], exc)
+        for seq, _, _ in sampled:
             reason = self._finish_reason(seq, seq.output_ids[-1])
             if reason is not None:
                 self._retire(seq, reason)
@@ -379,6 +393,13 @@ class Scheduler:
         self._waiting.clear()
         for _, future in self._commands:
             future.set_exception(RuntimeError("scheduler is stopped"))
+
+
+def _sampling_rows(seqs: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row temperature, top_p and top_k of `seqs`."""
+    params = [s.params for s in seqs]
+    return (torch.tensor([p.temperature for p in params]), torch.tensor([p.top_p for p in params]),
+            torch.tensor([p.top_k for p in params]))
 
 
 def _prefill_batches(prompts: list[tuple[tuple[int, ...], bool]]) -> list[list[tuple[tuple[int, ...], bool]]]:
