@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from typing import Any, Callable
@@ -50,6 +51,8 @@ class AgentRolloutSource:
             request_timeout_s=cfg.rollout.request_timeout_s), activity=rollout.activity)
         self.server = RouterServer(router)
         self.server.start()
+        self._failures = 0  # episodes whose agent raised, over the run
+        self._failures_lock = threading.Lock()
         self.pool = ThreadPoolExecutor(cfg.agent.max_concurrent, thread_name_prefix="agent-episode")
 
     def preflight(self) -> None:
@@ -137,7 +140,12 @@ class AgentRolloutSource:
                 task_view = AgentTask(str(item["id"]), _prompt_text(item), sandbox, dict(item.get("metadata") or {}))
                 return agent.run(task_view, endpoint)
         except Exception as exc:  # one broken episode costs its reward, not the run
-            log.exception("agent episode %s failed", trajectory_id)
+            # The first failure's traceback says where; the rest (often the same cause, e.g. an
+            # engine that died under every episode in flight) get a line each.
+            with self._failures_lock:
+                self._failures += 1
+                first = self._failures == 1
+            log.error("agent episode %s failed: %s: %s", trajectory_id, type(exc).__name__, exc, exc_info=first)
             return AgentResult(exit_status="error", error=f"{type(exc).__name__}: {exc}")
 
 def _agents_and_rewards(cfg: Config) -> tuple[dict[str, Agent], dict[str, EpisodeReward]]:

@@ -14,12 +14,12 @@ LIVENESS_TIMEOUT_S = 10.0  # an engine busy generating still answers a method ca
 
 
 class EngineDied(RuntimeError):
-    def __init__(self, engines: list[str], step: int, checkpoint: Path | None, cause: BaseException):
+    def __init__(self, engines: list[str], step: int, checkpoint: Path | None, cause: BaseException | None = None):
         self.engines = engines
-        where = f"last checkpoint: {checkpoint}" if checkpoint else "no checkpoint yet (the run starts over)"
+        where = f"Last checkpoint: {checkpoint}" if checkpoint else "No checkpoint yet (the run starts over)"
+        seen = f" (the first error it caused: {type(cause).__name__}: {_first_line(cause)})" if cause else ""
         super().__init__(
-            f"inference engine {', '.join(engines)} died during step {step} "
-            f"(the first error it caused: {type(cause).__name__}: {_first_line(cause)}). "
+            f"inference engine {', '.join(engines)} died during step {step}{seen}. "
             f"The run stopped; engines are not restarted yet. {where}. "
             f"Its Ray log says why it died (out of memory is the usual cause: lower rollout.max_running "
             f"or rollout.max_context)."

@@ -93,10 +93,10 @@ class Controller:
                 self._abandoned.append(interrupted.abandoned)
             self._stop_here(interrupted, prompts_before)
             return False
+        except EngineDied:
+            raise
         except Exception as error:
-            dead = self.rollout.dead_engines()
-            if dead:
-                raise EngineDied(dead, self.step + 1, latest_checkpoint(self.run_dir), error) from None
+            self._stop_if_engines_died(error)
             raise
         finally:
             monitor.close()
@@ -154,6 +154,8 @@ class Controller:
             samples = call_interruptibly(lambda: self.source.next_batch(step), stop, f"the rollout of step {step}")
             pipeline_metrics = {}
         rolled_out = time.perf_counter()
+        # Episodes that failed because their engine died would train as zero-reward noise.
+        self._stop_if_engines_died()
         self._assign_advantages(samples)
         metrics = call_interruptibly(lambda: self.trainer.train_step(samples, policy_version=self.weight_version),
                                      abandon, f"training step {step}", trainer_busy=True)
@@ -175,6 +177,11 @@ class Controller:
             }
         )
         return samples, metrics
+
+    def _stop_if_engines_died(self, cause: Exception | None = None) -> None:
+        dead = self.rollout.dead_engines()
+        if dead:
+            raise EngineDied(dead, self.step + 1, latest_checkpoint(self.run_dir), cause) from None
 
     def _assign_advantages(self, samples: list[Sample]) -> None:
         """GRPO over episodes: an agent trajectory exported as several samples (branches)

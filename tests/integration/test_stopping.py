@@ -173,7 +173,7 @@ def test_a_dead_engine_stops_the_run_with_one_paragraph(tmp_path):
     after = "".join(run.lines[before:])
     assert code == 1, run.output[-4000:]
     assert "inference engine 0 (http://" in after and "died during step 2" in after, after[-4000:]
-    assert f"last checkpoint: {tmp_path}/checkpoints/step_000001" in after
-    assert f"to go on: python launch.py" in after and f"run.dir={tmp_path}" in after
+    assert f"Last checkpoint: {tmp_path}/checkpoints/step_000001" in after
+    assert "to go on: python launch.py" in after and f"run.dir={tmp_path}" in after
     assert "Traceback" not in after and len(after.splitlines()) < 40, after[-6000:]
     assert_all_ended(started)
