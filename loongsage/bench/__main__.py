@@ -1,5 +1,6 @@
 """python -m loongsage.bench <name> [args]: run a benchmark that measures the baseline and
-ours side by side in one run and prints the ratio."""
+ours in turns (`--repeats` interleaved pairs, see repeat.py) and prints the median ratio and
+its range; `async --simulate` is a deterministic model and runs once."""
 from __future__ import annotations
 
 import importlib
