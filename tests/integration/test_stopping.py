@@ -12,6 +12,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -177,3 +178,38 @@ def test_a_dead_engine_stops_the_run_with_one_paragraph(tmp_path):
     assert "to go on: python launch.py" in after and f"run.dir={tmp_path}" in after
     assert "Traceback" not in after and len(after.splitlines()) < 40, after[-6000:]
     assert_all_ended(started)
+
+
+@pytest.mark.parametrize("phase", ["train_step", "push_weights"])
+def test_ctrl_c_while_training_or_syncing_abandons_the_step_unsaved(phase, ray_runtime, tmp_path, capsys):
+    """In process, with the real trainer and engine: the phase is held open (the trainer's call
+    waits on an event) and Ctrl-C is signalled from inside it, so it is known to land there."""
+    from loongsage.controller.loop import Controller
+    from tests.unit.test_config import compose_config
+
+    cfg = compose_config(*SLOW[:-2], "data.reward=tests.integration.toy_rewards:e_fraction", "run.save_every=1",
+                         "run.steps=5", f"run.dir={tmp_path}")
+    controller = Controller(cfg, tmp_path)
+    entered, release = threading.Event(), threading.Event()
+    real = getattr(controller.trainer, phase)
+
+    def held(*args, **kwargs):
+        if controller.step == 1:  # step 2's call: step 1 is trained and saved
+            entered.set()
+            release.wait(60)
+        return real(*args, **kwargs)
+
+    setattr(controller.trainer, phase, held)
+    try:
+        started = time.monotonic()
+        finished = controller.run(stop=entered.is_set, abandon=entered.is_set)
+        stop_s = time.monotonic() - started
+    finally:
+        release.set()
+        controller.shutdown()
+    assert finished is False and entered.is_set()
+    said = capsys.readouterr().out
+    where = "training step 2" if phase == "train_step" else "the weight sync of step 2"
+    assert f"stopping at step 1: stopped waiting for {where}, nothing saved" in said, said
+    assert latest(tmp_path) == "step_000001" and not (tmp_path / "checkpoints" / "step_000002").exists()
+    assert stop_s < 60
