@@ -25,6 +25,8 @@ _SCAN_REFUSES_DEPTH = 256
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _BRACKET = re.compile(rb"[\[\]{}]")
 _DEPTH_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+_PLAIN_NUMBERS = frozenset({int, float})
+_ALL_BUT_OPENERS = bytes(b for b in range(256) if b not in b"[{")
 
 
 class JsonInputError(ValueError):
@@ -91,8 +93,10 @@ def check_tree(value: Any, max_depth: int = MAX_DEPTH, path: str = "") -> None:
         elif isinstance(item, list):
             if depth > max_depth:
                 raise JsonInputError(f"JSON nested deeper than {max_depth} levels", where or "body")
+            if set(map(type, item)) <= _PLAIN_NUMBERS:  # token id lists: no walk in Python
+                continue
             stack.extend((child, join_path(where, i), depth + 1) for i, child in enumerate(item)
-                         if not (type(child) is int or type(child) is float))  # token id lists stay cheap
+                         if type(child) not in _PLAIN_NUMBERS)
         elif isinstance(item, str):
             _check_text(item, where or "body", "text")
         elif isinstance(item, _LongInt):
@@ -112,7 +116,7 @@ def _check_text(text: str, field: str, what: str) -> None:
 
 def _nesting(raw: bytes) -> int:
     """The deepest bracket nesting outside strings; cheap when the body has few brackets."""
-    if raw.count(b"[") + raw.count(b"{") <= _SCAN_REFUSES_DEPTH:
+    if len(raw.translate(None, _ALL_BUT_OPENERS)) <= _SCAN_REFUSES_DEPTH:  # one C pass, ~2 ns/byte
         return 0
     brackets = _BRACKET.findall(_STRING.sub(b"", raw))
     return max(itertools.accumulate(_DEPTH_STEP[b[0]] for b in brackets), default=0)

@@ -171,6 +171,7 @@ def test_fuzzed_router_requests_never_get_a_5xx(router, client, data, faults, ho
     response = client.post(url, content=_mutate(_serialize(body), how, at),
                            headers={"Authorization": f"Bearer {router.router.key_for(trajectory)}"})
     _assert_no_5xx(response)
+    assert "engine refused" not in response.text, "the router let through a request the engine refused"
 
 
 @FUZZ

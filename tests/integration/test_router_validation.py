@@ -114,6 +114,8 @@ MESSAGES_CASES = [
     ('{"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "text", "text": "%s"}]}]}'
      % LONE, "messages[0].content[0].text"),
     ('{"model": "tiny", "max_tokens": %s, "messages": [{"role": "user", "content": "x"}]}' % LONG_INT, "max_tokens"),
+    ('{"model": "tiny", "max_tokens": 4, "stop_sequences": ["a", ""], "messages": [{"role": "user", "content": "x"}]}',
+     "stop_sequences[1]"),
 ]
 
 

@@ -39,7 +39,8 @@ def parse_messages_request(body: Any, model_names: tuple[str, ...]) -> tuple[str
     tool_choice = get(body, "tool_choice", dict) or {}
     stop = get(body, "stop_sequences", list) or []
     for i, s in enumerate(stop):
-        expect(s, str, join("stop_sequences", i))
+        if not expect(s, str, join("stop_sequences", i)):
+            raise bad_request("a stop sequence must not be empty", join("stop_sequences", i))
     sampling = Sampling(
         max_tokens=in_range(get(body, "max_tokens", int, required=True), 1, INT32_MAX, "max_tokens"),
         temperature=in_range(get(body, "temperature", float), 0, 1, "temperature"),
