@@ -70,10 +70,13 @@ def parse_json(data: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
         raise JsonInputError(f"request body is not valid UTF-8 JSON: {exc}", "body") from None
     except json.JSONDecodeError as exc:
         raise JsonInputError(f"request body is not valid JSON: {exc}", "body") from None
-    except ValueError:
-        # Only the integer digit limit raises a bare ValueError: parse again keeping such
-        # literals as markers, so the check below can say which field holds one.
-        value = json.loads(data, parse_int=_int_or_marker)
+    except ValueError as exc:
+        # The integer digit limit raises a bare ValueError: parse again keeping such literals
+        # as markers, so the check below can say which field holds one.
+        try:
+            value = json.loads(data, parse_int=_int_or_marker)
+        except ValueError:
+            raise JsonInputError(f"request body cannot be parsed: {exc}", "body") from None
     check_tree(value, max_depth)
     return value
 
@@ -88,8 +91,9 @@ def check_tree(value: Any, max_depth: int = MAX_DEPTH, path: str = "") -> None:
             if depth > max_depth:
                 raise JsonInputError(f"JSON nested deeper than {max_depth} levels", where or "body")
             for key, child in item.items():
-                _check_text(key, where or "body", f"key {key!r}")
-                stack.append((child, join_path(where, key), depth + 1))
+                _check_text(key, where or "body", is_key=True)
+                # A megabyte key must not become a megabyte path at every level below it.
+                stack.append((child, join_path(where, key if len(key) <= 64 else key[:64] + "..."), depth + 1))
         elif isinstance(item, list):
             if depth > max_depth:
                 raise JsonInputError(f"JSON nested deeper than {max_depth} levels", where or "body")
@@ -98,18 +102,19 @@ def check_tree(value: Any, max_depth: int = MAX_DEPTH, path: str = "") -> None:
             stack.extend((child, join_path(where, i), depth + 1) for i, child in enumerate(item)
                          if type(child) not in _PLAIN_NUMBERS)
         elif isinstance(item, str):
-            _check_text(item, where or "body", "text")
+            _check_text(item, where or "body")
         elif isinstance(item, _LongInt):
             raise JsonInputError(f"integer literal of {item.digits} digits is too long "
                                  f"(at most {sys.get_int_max_str_digits()})", where or "body")
 
 
-def _check_text(text: str, field: str, what: str) -> None:
+def _check_text(text: str, field: str, is_key: bool = False) -> None:
     if text.isascii():
         return
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
+        what = f"key {text[:20]!r}{'...' if len(text) > 20 else ''}" if is_key else "text"
         raise JsonInputError(f"{what} holds {text[exc.start]!r} at position {exc.start}, a lone UTF-16 "
                              "surrogate that cannot be encoded", field) from None
 
