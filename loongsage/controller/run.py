@@ -20,11 +20,14 @@ from omegaconf import OmegaConf
 from loongsage.config import Config
 from loongsage.controller.engine_failure import EngineDied
 from loongsage.controller.stopping import RunStop
+from loongsage.tasks.swe.preflight import PreflightError
 
 # A run that stopped on the warning signal and saved; run it again (same run.dir) to go on.
 PREEMPTED_EXIT_CODE = 3
 # A run that could not go on (an engine died): its checkpoint stands; fix, then run again.
 FAILED_EXIT_CODE = 1
+# A run refused before its first step (its sandboxes cannot grade): nothing trained.
+REFUSED_EXIT_CODE = 2
 
 
 def run(cfg: Config) -> Path | None:
@@ -44,17 +47,19 @@ def run(cfg: Config) -> Path | None:
     with stop.ignored_by_children():
         slurm_ray = _init_ray(cfg)
     stop.listen()
-    failure: EngineDied | None = None
+    failure: EngineDied | PreflightError | None = None  # said in a paragraph, without a traceback
+    controller = None
     try:
         from loongsage.controller.loop import Controller
 
-        controller = Controller(cfg, run_dir)
         try:
+            controller = Controller(cfg, run_dir)
             finished = controller.run(stop=lambda: stop.requested, abandon=lambda: stop.urgent)
-        except EngineDied as died:
-            finished, failure = False, died
+        except (EngineDied, PreflightError) as error:
+            finished, failure = False, error
         finally:
-            controller.shutdown()
+            if controller is not None:
+                controller.shutdown()
     finally:
         ray.shutdown()
         if slurm_ray is not None:
@@ -64,6 +69,10 @@ def run(cfg: Config) -> Path | None:
             print(f"[loongsage] killed {len(leftovers)} process(es) still running after Ray's shutdown: "
                   f"{', '.join(leftovers)}", flush=True)
         stop.close()
+    if isinstance(failure, PreflightError):
+        print(f"[loongsage] {failure}\n[loongsage] nothing was trained; fix that, then run the same command again",
+              file=sys.stderr, flush=True)
+        raise SystemExit(REFUSED_EXIT_CODE)
     if failure is not None:
         print(f"[loongsage] {failure}\n[loongsage] to go on: {resume_command(run_dir)}", file=sys.stderr, flush=True)
         raise SystemExit(FAILED_EXIT_CODE)
