@@ -9,14 +9,15 @@ import threading
 
 import httpx
 import pytest
+
 import torch
 
 from loongsage.inference.client import EngineClient, EngineError
 from loongsage.inference.embedded import server as engine_server
-from loongsage.inference.embedded.engine import Engine
 from loongsage.inference.embedded.request import Sequence
 from loongsage.inference.embedded.sampling import SamplingParams
-from loongsage.inference.embedded.server import EmbeddedServer
+
+from tests.integration.engine_support import running_engine
 
 torch.set_num_threads(1)
 PROMPT = [1, 504, 3458, 314, 253, 1345, 30, 198]
@@ -26,10 +27,8 @@ LONE = "\\ud800"
 
 @pytest.fixture(scope="module")
 def server(tiny_model_path):
-    srv = EmbeddedServer(Engine(tiny_model_path, {"max_running": 16, "max_context": 128, "num_threads": 1}))
-    srv.start()
-    yield srv
-    srv.stop()
+    with running_engine(tiny_model_path, max_context=128) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")

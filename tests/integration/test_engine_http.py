@@ -6,23 +6,23 @@ import time
 
 import httpx
 import pytest
+
 import torch
 
 from loongsage.inference.client import EngineClient, EngineError
-from loongsage.inference.embedded.engine import Engine
-from loongsage.inference.embedded.server import EmbeddedServer
 from loongsage.transfer.transports import pack_inline
+
+from tests.integration.engine_support import running_engine
 
 torch.set_num_threads(1)
 PROMPT = [1, 504, 3458, 314, 253, 1345, 30, 198]
+WAIT_S = 120  # for a state the test waits on: generous, CI runs on 2 loaded cores
 
 
 @pytest.fixture(scope="module")
 def server(tiny_model_path):
-    srv = EmbeddedServer(Engine(tiny_model_path, {"max_running": 16, "max_context": 256, "num_threads": 1}))
-    srv.start()
-    yield srv
-    srv.stop()
+    with running_engine(tiny_model_path, max_context=256) as srv:
+        yield srv
 
 
 @pytest.fixture(scope="module")
@@ -126,15 +126,23 @@ def test_batch_text_and_stop_token(client):
     assert len(texts) == 2 and all(isinstance(t["text"], str) for t in texts)
 
 
-def test_concurrent_requests_are_batched_and_reproducible(client):
+def test_concurrent_requests_are_batched_and_reproducible(server, client):
     prompts = [PROMPT[: 3 + i % 5] + [100 + i] for i in range(16)]
     params = [{"temperature": 1.0, "max_new_tokens": 6 + i, "ignore_eos": True, "sampling_seed": 1000 + i}
               for i in range(16)]
     before = client.get_server_info()["stats"]["decode_steps"]
 
     async def all_at_once():
-        return await asyncio.gather(*(client.agenerate(input_ids=p, sampling_params=s, rid=f"r{i}")
-                                      for i, (p, s) in enumerate(zip(prompts, params))))
+        # Paused, the engine queues the requests as they come; they start together on continue,
+        # however the machine's load spreads out their arrival.
+        await asyncio.to_thread(client.pause_generation)
+        try:
+            requests = [asyncio.create_task(client.agenerate(input_ids=p, sampling_params=s, rid=f"r{i}"))
+                        for i, (p, s) in enumerate(zip(prompts, params))]
+            await asyncio.to_thread(_wait_until_queued, server, len(requests))
+        finally:
+            await asyncio.to_thread(client.continue_generation)
+        return await asyncio.gather(*requests)
 
     batched = asyncio.run(all_at_once())
     stats = client.get_server_info()["stats"]
@@ -178,18 +186,35 @@ def test_prompts_opening_alike_prefill_their_common_prefix_once(client, hf_tiny)
     assert later["meta_info"]["cached_tokens"] == len(opening)
 
 
-def _wait_until_running(client, rid_count: int = 1) -> None:
-    deadline = time.monotonic() + 10
-    while client.get_server_info()["running"] < rid_count:
-        assert time.monotonic() < deadline, "request never started"
+def _wait_until_queued(server, count: int) -> None:
+    """Until `count` requests wait in the (paused) engine's queue."""
+    deadline = time.monotonic() + WAIT_S
+    while len(server.engine.scheduler._waiting) < count:
+        assert time.monotonic() < deadline, f"{count} requests were not queued within {WAIT_S} s"
         time.sleep(0.01)
+
+
+def _pause_while_running(client) -> None:
+    """Pause the engine at a moment a request is running (it has sampled tokens and not finished):
+    paused, it stays so however loaded the machine. In between tries the engine runs on."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        client.pause_generation()
+        if client.get_server_info()["running"]:
+            return
+        client.continue_generation()
+        assert time.monotonic() < deadline, f"no request was running within {WAIT_S} s"
+        time.sleep(0.005)
 
 
 def test_abort_returns_partial_output(client):
     async def scenario():
         task = asyncio.create_task(client.agenerate(input_ids=PROMPT, sampling_params=_greedy(240), rid="long"))
-        await asyncio.to_thread(_wait_until_running, client)
-        await asyncio.to_thread(client.abort_request, "long")
+        await asyncio.to_thread(_pause_while_running, client)
+        try:  # paused mid-generation: the abort finds it part done
+            await asyncio.to_thread(client.abort_request, "long")
+        finally:
+            await asyncio.to_thread(client.continue_generation)
         return await task
 
     out = asyncio.run(scenario())
@@ -200,8 +225,7 @@ def test_abort_returns_partial_output(client):
 def test_pause_holds_the_batch_until_continue(client):
     async def scenario():
         task = asyncio.create_task(client.agenerate(input_ids=PROMPT, sampling_params=_greedy(240)))
-        await asyncio.to_thread(_wait_until_running, client)
-        await asyncio.to_thread(client.pause_generation)
+        await asyncio.to_thread(_pause_while_running, client)
         try:
             steps = client.get_server_info()["stats"]["decode_steps"]
             await asyncio.sleep(0.3)

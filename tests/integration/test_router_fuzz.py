@@ -16,9 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loongsage.inference.embedded.engine import Engine
-from loongsage.inference.embedded.server import EmbeddedServer
 from loongsage.models import load_tokenizer
+from tests.integration.engine_support import running_engine
 from tests.integration.router_support import start_router
 
 EXAMPLES = int(os.environ.get("LOONGSAGE_FUZZ_EXAMPLES", "150"))  # per test
@@ -137,10 +136,8 @@ def _mutate(raw: bytes, how: str, at: int) -> bytes:
 # ---- servers --------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def engine(tiny_model_path):
-    server = EmbeddedServer(Engine(tiny_model_path, {"max_running": 16, "max_context": 192, "num_threads": 1}))
-    server.start()
-    yield server
-    server.stop()
+    with running_engine(tiny_model_path, max_context=192) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ import pytest
 
 from loongsage.inference.client import EngineClient, EngineError
 from loongsage.inference.embedded.engine import Engine
-from loongsage.inference.embedded.server import EmbeddedServer
 from loongsage.models import load_tokenizer
+from tests.integration.engine_support import running_engine
 from tests.integration.router_support import ScriptedEngine, get_trajectory, start_router
 
 
@@ -24,10 +24,8 @@ def tokenizer(tiny_model_path):
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_path):
-    server = EmbeddedServer(Engine(tiny_model_path, {"max_running": 16, "max_context": 256, "num_threads": 1}))
-    server.start()
-    yield server
-    server.stop()
+    with running_engine(tiny_model_path, max_context=256) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
