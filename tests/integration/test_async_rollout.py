@@ -2,6 +2,8 @@
 (pause, abort, continue), token versions, and a count of every group started."""
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from loongsage.config import Config
@@ -13,6 +15,7 @@ from loongsage.controller.sync_rollout import SyncRolloutSource
 from loongsage.models import load_tokenizer
 
 MAX_NEW = 48
+HOLD_TIMEOUT_S = 300  # generous: CI runs on 2 loaded cores
 
 
 def _config(mode: str, **pipeline) -> Config:
@@ -34,14 +37,19 @@ def engines(ray_runtime, tiny_model_path):
     rollout.shutdown()
 
 
-def _run(cfg: Config, rollout: RolloutGroup, model_path: str, steps: int):
+def _run(cfg: Config, rollout: RolloutGroup, model_path: str, steps: int, hold: bool = False):
+    """`steps` training steps with a weight update after each. `hold`: before every update but the
+    last, pause the engines at a moment a response is part generated (`_pause_mid_generation`), so
+    the update interrupts it whatever the load on the machine; the last update is left alone, as
+    what it interrupts is never trained. Returns the batches, the pipeline's buffer and how many
+    updates were held so."""
     prompts = PromptStream(cfg.data, load_tokenizer(model_path), seed=0)
     source = SyncRolloutSource(cfg.rollout, prompts, rollout, RewardPool("tests.integration.toy_rewards:digit_fraction", 1), 0)
     version = int(rollout.clients[0].get_weight_version())
     pipeline = AsyncRollout(cfg, source, rollout)
-    batches = []
+    batches, held = [], 0
     try:
-        for _ in range(steps):
+        for step in range(steps):
             samples, metrics = pipeline.take(version)
             batches.append((version, samples, metrics))
             version += 1
@@ -50,15 +58,54 @@ def _run(cfg: Config, rollout: RolloutGroup, model_path: str, steps: int):
                 for client in rollout.clients:
                     client.update_weights_from_disk(model_path, weight_version=str(v))
 
-            pipeline.update_weights(push)
+            if hold and step < steps - 1:
+                held += _pause_mid_generation(rollout, pipeline)
+            pipeline.update_weights(push)  # pauses (again), aborts what is in flight, pushes, continues
+            if hold and step + 1 < steps - 1 and _batch_ready(pipeline, version):
+                # The next take needs none of the groups the update just started: keep their requests
+                # queued in the engines, so they are still to be generated when the next update comes.
+                _set_paused(rollout, True)
     finally:
+        _set_paused(rollout, False)
         pipeline.close()
-    return batches, pipeline.pipeline.buffer
+        # The engines are shared with the next test: what this one left generating ends first.
+        assert pipeline.wait_for_groups(HOLD_TIMEOUT_S) == 0, "rollout groups still running after the test"
+    return batches, pipeline.pipeline.buffer, held
+
+
+def _pause_mid_generation(rollout: RolloutGroup, pipeline: AsyncRollout) -> bool:
+    """Leave the engines paused while one of them holds a response that has sampled tokens and has
+    not finished (an engine's `running` requests are exactly those), so the weight update that
+    follows interrupts it. Paused, nothing can finish; in between the engines run a few steps at a
+    time. False, with the engines running, once no group is left running in the pipeline."""
+    deadline = time.monotonic() + HOLD_TIMEOUT_S
+    while True:
+        _set_paused(rollout, True)
+        if any(client.get_server_info()["running"] for client in rollout.clients):
+            return True
+        _set_paused(rollout, False)
+        if pipeline.pipeline.buffer.running == 0:
+            return False
+        assert time.monotonic() < deadline, f"no response was being generated within {HOLD_TIMEOUT_S} s"
+        time.sleep(0.002)
+
+
+def _set_paused(rollout: RolloutGroup, paused: bool) -> None:
+    for client in rollout.clients:
+        client.pause_generation() if paused else client.continue_generation()
+
+
+def _batch_ready(pipeline: AsyncRollout, version: int) -> bool:
+    """Would a take at `version` find its batch among the groups already finished (which only a
+    take removes)?"""
+    buffer = pipeline.pipeline.buffer
+    return bool(buffer.window.select(list(buffer.ready), version)[0])
 
 
 def test_partial_rollouts_keep_tokens_across_updates_and_lose_nothing(engines, tiny_model_path):
     cfg = _config("fully_async", window="window_gated", max_staleness=2)
-    batches, buffer = _run(cfg, engines, tiny_model_path, steps=5)
+    batches, buffer, held = _run(cfg, engines, tiny_model_path, steps=5, hold=True)
+    assert held, "no update found a response in flight to interrupt"
     trained = [s.group_id for _, samples, _ in batches for s in samples[:: cfg.rollout.group_size]]
     assert len(trained) == len(set(trained)) == 5 * cfg.rollout.prompts_per_step, "a group trained twice"
     # Every group started is trained, dropped, ready or still running: none lost.
@@ -79,7 +126,7 @@ def test_partial_rollouts_keep_tokens_across_updates_and_lose_nothing(engines, t
 
 def test_one_step_off_trains_on_the_previous_version_only(engines, tiny_model_path):
     cfg = _config("one_step_off")
-    batches, _ = _run(cfg, engines, tiny_model_path, steps=4)
+    batches, _, _ = _run(cfg, engines, tiny_model_path, steps=4)
     for step, (version, samples, metrics) in enumerate(batches):
         lags = {version - v for s in samples for v in s.weight_versions}
         # The first two batches both start from the first weights; after that exactly one behind.
@@ -90,7 +137,8 @@ def test_one_step_off_trains_on_the_previous_version_only(engines, tiny_model_pa
 def test_mask_stale_tokens_masks_what_older_weights_generated(engines, tiny_model_path):
     # Oldest first: groups that lived through an update are the first to be trained.
     cfg = _config("fully_async", window="windowed_fifo", max_staleness=2, mask_stale_tokens=True)
-    batches, _ = _run(cfg, engines, tiny_model_path, steps=8)
+    batches, _, held = _run(cfg, engines, tiny_model_path, steps=8, hold=True)
+    assert held, "no update found a response in flight to interrupt"
     samples = [s for _, batch, _ in batches for s in batch]
     for sample in samples:
         newest = max(sample.weight_versions)
