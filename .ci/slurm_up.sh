@@ -148,8 +148,12 @@ wait_until_idle() {
     while (( waited < timeout_s )); do
         state=$(node_state)
         [[ "$state" == idle ]] && return 0
-        alive slurmd || show_logs_and_fail "slurmd exited during startup"
-        alive slurmctld || show_logs_and_fail "slurmctld exited during startup"
+        # A daemon writes its pid file only once it has forked into the background, which on a
+        # loaded machine can take seconds: only a daemon still missing after that has exited.
+        if (( waited >= 15 )); then
+            alive slurmd || show_logs_and_fail "slurmd exited during startup"
+            alive slurmctld || show_logs_and_fail "slurmctld exited during startup"
+        fi
         sleep 1
         waited=$(( waited + 1 ))
     done
