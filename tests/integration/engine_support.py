@@ -1,11 +1,14 @@
 """The real embedded engine over HTTP, as the engine, router and fuzz tests start it."""
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from loongsage.inference.embedded.engine import Engine
 from loongsage.inference.embedded.server import EmbeddedServer
+
+WAIT_S = 120  # for a state a test waits on: generous, CI runs on 2 loaded cores
 
 
 @contextmanager
@@ -18,3 +21,11 @@ def running_engine(model_path: str, max_context: int = 256, **engine_cfg) -> Ite
         yield server
     finally:
         server.stop()
+
+
+def wait_until_queued(server: EmbeddedServer, count: int) -> None:
+    """Until `count` requests wait in the (paused) engine's queue."""
+    deadline = time.monotonic() + WAIT_S
+    while len(server.engine.scheduler._waiting) < count:
+        assert time.monotonic() < deadline, f"{count} requests were not queued within {WAIT_S} s"
+        time.sleep(0.01)

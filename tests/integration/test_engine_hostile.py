@@ -17,7 +17,7 @@ from loongsage.inference.embedded import server as engine_server
 from loongsage.inference.embedded.request import Sequence
 from loongsage.inference.embedded.sampling import SamplingParams
 
-from tests.integration.engine_support import running_engine
+from tests.integration.engine_support import running_engine, wait_until_queued
 
 torch.set_num_threads(1)
 PROMPT = [1, 504, 3458, 314, 253, 1345, 30, 198]
@@ -90,20 +90,24 @@ def test_oversize_generate_body_is_413(server, monkeypatch):
 
 
 def test_bad_requests_leave_the_batch_they_join_untouched(server, client):
-    """Good seeded requests run alone, then again with hostile ones arriving while they decode:
-    every good one gets the same tokens and a normal finish; every hostile one its own 400."""
+    """Good seeded requests run alone, then again with hostile ones arriving while they wait in
+    the engine's queue (paused, so they are known to be there): every good one gets the same
+    tokens and a normal finish; every hostile one its own 400."""
     good = [{"temperature": 1.0, "max_new_tokens": 48, "ignore_eos": True, "sampling_seed": 7 + i} for i in range(6)]
     alone = [client.generate(input_ids=PROMPT + [i], sampling_params=sp)["output_ids"] for i, sp in enumerate(good)]
     hostile = [_body(f', "top_k": {2**70}'), _body(f', "sampling_seed": {2**70}'), _body(', "temperature": NaN'),
                _body(', "top_p": Infinity'), f'{{"text": "{LONE}"}}']
 
     async def together():
-        goods = [asyncio.create_task(client.agenerate(input_ids=PROMPT + [i], sampling_params=sp))
-                 for i, sp in enumerate(good)]
-        while client.get_server_info()["running"] == 0:  # the hostile ones land mid-batch
-            await asyncio.sleep(0.005)
-        async with httpx.AsyncClient(base_url=server.base_url) as raw:
-            bads = await asyncio.gather(*(raw.post("/generate", content=body) for body in hostile))
+        await asyncio.to_thread(client.pause_generation)
+        try:
+            goods = [asyncio.create_task(client.agenerate(input_ids=PROMPT + [i], sampling_params=sp))
+                     for i, sp in enumerate(good)]
+            await asyncio.to_thread(wait_until_queued, server, len(good))
+            async with httpx.AsyncClient(base_url=server.base_url) as raw:
+                bads = await asyncio.gather(*(raw.post("/generate", content=body) for body in hostile))
+        finally:
+            await asyncio.to_thread(client.continue_generation)
         return await asyncio.gather(*goods), bads
 
     goods, bads = asyncio.run(together())

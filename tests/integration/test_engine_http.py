@@ -12,11 +12,10 @@ import torch
 from loongsage.inference.client import EngineClient, EngineError
 from loongsage.transfer.transports import pack_inline
 
-from tests.integration.engine_support import running_engine
+from tests.integration.engine_support import WAIT_S, running_engine, wait_until_queued
 
 torch.set_num_threads(1)
 PROMPT = [1, 504, 3458, 314, 253, 1345, 30, 198]
-WAIT_S = 120  # for a state the test waits on: generous, CI runs on 2 loaded cores
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +138,7 @@ def test_concurrent_requests_are_batched_and_reproducible(server, client):
         try:
             requests = [asyncio.create_task(client.agenerate(input_ids=p, sampling_params=s, rid=f"r{i}"))
                         for i, (p, s) in enumerate(zip(prompts, params))]
-            await asyncio.to_thread(_wait_until_queued, server, len(requests))
+            await asyncio.to_thread(wait_until_queued, server, len(requests))
         finally:
             await asyncio.to_thread(client.continue_generation)
         return await asyncio.gather(*requests)
@@ -184,14 +183,6 @@ def test_prompts_opening_alike_prefill_their_common_prefix_once(client, hf_tiny)
     # A later prompt with the same opening continues the cached opening too.
     later = client.generate(input_ids=opening + [21, 22], sampling_params=sampling)
     assert later["meta_info"]["cached_tokens"] == len(opening)
-
-
-def _wait_until_queued(server, count: int) -> None:
-    """Until `count` requests wait in the (paused) engine's queue."""
-    deadline = time.monotonic() + WAIT_S
-    while len(server.engine.scheduler._waiting) < count:
-        assert time.monotonic() < deadline, f"{count} requests were not queued within {WAIT_S} s"
-        time.sleep(0.01)
 
 
 def _pause_while_running(client) -> None:
