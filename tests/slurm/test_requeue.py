@@ -94,7 +94,9 @@ def _lift_requeue_hold(slurm, job_id: str, log: Path, timeout_s: float = 180) ->
         state = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], capture_output=True, text=True,
                                timeout=30).stdout.split()
         if state and state[0] == "PENDING":
-            subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=True, timeout=30)
+            # Not `now`: slurmd refuses a credential issued in the same second as the requeue revoked
+            # the job's old one ("Job credential revoked"), and the job then ends instead of running.
+            subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now+3"], check=True, timeout=30)
             return
         time.sleep(1)
     raise AssertionError(f"job {job_id} was not requeued within {timeout_s:.0f} s: {log.read_text()[-4000:]}")
