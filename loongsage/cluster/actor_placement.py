@@ -81,8 +81,7 @@ def _describe_cores(placement: ActorPlacement) -> str:
         return f"run.placement={placement.placement}: trainer ranks and engines share this machine's cores"
     ranks = "; ".join(f"trainer[{rank}] cores {_cores(cores)}" for rank, cores in enumerate(placement.trainer_cpus))
     engines = "; ".join(f"rollout[{index}] cores {_cores(cores)}" for index, cores in enumerate(placement.engine_cpus))
-    return (f"run.placement={placement.placement} on this machine: {ranks}; {engines}; "
-            f"the controller, its router and the sandboxes on the engines' cores")
+    return f"run.placement={placement.placement} on this machine: {ranks}; {engines}"
 
 
 def _cores(cores: list[int]) -> str:

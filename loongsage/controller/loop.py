@@ -10,7 +10,6 @@ import torch
 
 from loongsage.algorithms.advantages import grouped_advantages
 from loongsage.cluster.actor_placement import place_actors
-from loongsage.cluster.cpu_placement import pin_this_process
 from loongsage.config import Config
 from loongsage.controller.agent_rollout import AgentRolloutSource
 from loongsage.controller.async_rollout import ROLLOUT_GROUP_THREAD, AsyncRollout
@@ -41,10 +40,6 @@ class Controller:
         self.prompts = prompt_stream(cfg.data, load_tokenizer(model_path), cfg.run.seed)
         self.placement = place_actors(cfg)
         print(f"[loongsage] placement:\n{self.placement.describe()}", flush=True)
-        if self.placement.engine_cpus:
-            # The trainer's cores are its own: the agent threads, the router and the sandboxes'
-            # commands (children inherit this) would otherwise land on them and slow every step.
-            pin_this_process(sorted({core for cores in self.placement.engine_cpus for core in cores}))
         try:
             self.rollout = RolloutGroup(cfg.rollout, model_path, self.placement.engine_cpus, self.placement.engine_options)
             self.trainer = TrainGroup(model_path, cfg.trainer, cfg.algorithm, cfg.run.seed,
