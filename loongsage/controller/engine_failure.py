@@ -15,7 +15,6 @@ LIVENESS_TIMEOUT_S = 10.0  # an engine busy generating still answers a method ca
 
 class EngineDied(RuntimeError):
     def __init__(self, engines: list[str], step: int, checkpoint: Path | None, cause: BaseException | None = None):
-        self.engines = engines
         where = f"Last checkpoint: {checkpoint}" if checkpoint else "No checkpoint yet (the run starts over)"
         seen = f" (the first error it caused: {type(cause).__name__}: {_first_line(cause)})" if cause else ""
         super().__init__(

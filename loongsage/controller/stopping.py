@@ -90,10 +90,13 @@ class RunStop:
     def kill_leftover_processes(self) -> list[str]:
         """Kill what the run started and is still alive (after Ray's shutdown: its agents can
         outlive it); the names of what had to be killed."""
-        leftovers = [p for p in _descendants() if p.pid not in self._existing_children]
+        leftovers = self._started_by_run()
         names = [_describe(p) for p in leftovers]
         _terminate(leftovers)
         return names
+
+    def _started_by_run(self) -> list[psutil.Process]:
+        return [p for p in _descendants() if p.pid not in self._existing_children]
 
     def _on_signal(self, signum, frame) -> None:
         if self.signum is None:
@@ -106,9 +109,9 @@ class RunStop:
 
     def _exit_now(self, signum: int) -> None:
         _say(f"{signal.Signals(signum).name} again: exiting now; the run dir keeps its last complete checkpoint")
-        for signum_ in STOP_SIGNALS:
-            signal.signal(signum_, signal.SIG_IGN)  # a third press must not interrupt the kill
-        _terminate([p for p in _descendants() if p.pid not in self._existing_children], wait_s=0.5)
+        for stop_signal in STOP_SIGNALS:
+            signal.signal(stop_signal, signal.SIG_IGN)  # a third press must not interrupt the kill
+        _terminate(self._started_by_run(), wait_s=0.5)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(128 + signum)
