@@ -1,10 +1,56 @@
 """Extension points by name: a registry entry, or any object reached by import path
-("package.module:attribute"), so users extend the framework without editing it."""
+("package.module:attribute"), so users extend the framework without editing it.
+
+Every extension point is one `Registry`; a second entry under a taken name is refused,
+because the later import silently winning is how a plugin ends up never being called.
+"""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Mapping[str, T], Generic[T]):
+    """Named entries of one kind ("reward", "staleness window", ...); `kind` words the errors."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self._entries: dict[str, T] = {}
+
+    def register(self, name: str, entry: T | None = None):
+        """`registry.register("name", obj)`, or `@registry.register("name")` as a decorator."""
+        if entry is None:
+            def decorate(obj: T) -> T:
+                self.register(name, obj)
+                return obj
+
+            return decorate
+        if name in self._entries:
+            raise ValueError(f"{self.kind} {name!r} is already registered ({_where(self._entries[name])}); "
+                             f"refusing {_where(entry)} under the same name")
+        self._entries[name] = entry
+        return entry
+
+    def get(self, name_or_path: str) -> T:  # type: ignore[override]
+        """The entry by name, else the object at "module:attribute"; ValueError naming the choices."""
+        return resolve(self, name_or_path, self.kind)
+
+    def __getitem__(self, name: str) -> T:
+        return self._entries[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _where(obj: Any) -> str:
+    module, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
+    return f"{module}.{name}" if module and name else repr(obj)
 
 
 def resolve(registry: Mapping[str, Callable[..., Any]], name_or_path: str, kind: str) -> Callable[..., Any]:
