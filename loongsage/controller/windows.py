@@ -13,9 +13,9 @@ simulator (`python -m loongsage.bench async --simulate`) drive the same objects.
 from __future__ import annotations
 
 import math
-from typing import Callable, Protocol, Sequence
+from typing import Protocol, Sequence
 
-from loongsage.registry import resolve
+from loongsage.registry import Registry
 
 
 class ReadyGroup(Protocol):
@@ -99,18 +99,12 @@ class WindowedFifo(StalenessWindow):
         return sorted(ready, key=lambda group: (group.oldest_version, group.index))
 
 
-WINDOWS: dict[str, Callable[..., StalenessWindow]] = {}
-
-
-def register_window(cls: type[StalenessWindow]) -> type[StalenessWindow]:
-    WINDOWS[cls.name] = cls
-    return cls
-
-
+# Entries are constructed as `window(batch_size, max_staleness)` (see build_window).
+WINDOWS: Registry[type[StalenessWindow]] = Registry("staleness window")
 for _window in (NoWindow, WindowGated, WindowedFifo):
-    register_window(_window)
+    WINDOWS.register(_window.name, _window)
 
 
 def build_window(name: str, batch_size: int, max_staleness: int) -> StalenessWindow:
     """A registered window by name, or a StalenessWindow subclass by import path."""
-    return resolve(WINDOWS, name, "staleness window")(batch_size, max_staleness)
+    return WINDOWS.get(name)(batch_size, max_staleness)

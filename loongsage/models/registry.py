@@ -6,9 +6,14 @@ from typing import Callable
 
 from loongsage.models.smollm2 import smollm2_dir
 from loongsage.models.tiny import tiny_dir
+from loongsage.registry import Registry
 
 DEFAULT_MODEL = "smollm2-135m"
-MODELS: dict[str, Callable[[], Path]] = {"smollm2-135m": smollm2_dir, "tiny": tiny_dir}
+# An entry takes no arguments and returns the model's local HF directory (fetching or building it).
+# Looked up by name only: anything else in model.name is a directory, not an import path.
+MODELS: Registry[Callable[[], Path]] = Registry("model")
+MODELS.register(DEFAULT_MODEL, smollm2_dir)
+MODELS.register("tiny", tiny_dir)
 
 
 def resolve_model_path(name_or_path: str) -> Path:

@@ -21,7 +21,7 @@ from typing import Callable, Protocol
 
 from loongsage.agentflow.router.errors import bad_request
 from loongsage.agentflow.router.messages import Message, ToolCall
-from loongsage.registry import resolve
+from loongsage.registry import Registry
 
 TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 TOOLS_PREAMBLE = (
@@ -178,8 +178,11 @@ class CompactHermesFormat(HermesFormat):
         return "\n".join(lines)
 
 
-CHAT_FORMATS: dict[str, Callable[..., ChatFormat]] = {"hermes": HermesFormat, "hermes_compact": CompactHermesFormat}
+# An entry is constructed with the tokenizer alone and makes a ChatFormat (render, parse_assistant).
+CHAT_FORMATS: Registry[Callable[..., ChatFormat]] = Registry("chat format")
+CHAT_FORMATS.register("hermes", HermesFormat)
+CHAT_FORMATS.register("hermes_compact", CompactHermesFormat)
 
 
 def get_chat_format(name_or_path: str, tokenizer) -> ChatFormat:
-    return resolve(CHAT_FORMATS, name_or_path, "chat format")(tokenizer)
+    return CHAT_FORMATS.get(name_or_path)(tokenizer)

@@ -22,18 +22,19 @@ from loongsage.agentflow.sandbox.base import Sandbox, Snapshot
 from loongsage.agentflow.sandbox.bwrap import BwrapSandbox
 from loongsage.agentflow.sandbox.limits import ExecResult, SandboxError, SandboxLimits
 from loongsage.agentflow.sandbox.local import LocalSandbox
-from loongsage.registry import resolve
+from loongsage.registry import Registry
 
 __all__ = ["BACKENDS", "ExecResult", "Sandbox", "SandboxError", "SandboxLimits", "attach_sandbox",
            "available_backends", "backend_name", "create_sandbox"]
 
 log = logging.getLogger(__name__)
 
-BACKENDS: dict[str, type[Sandbox]] = {
-    "bwrap": BwrapSandbox,
-    "local": LocalSandbox,
-    "apptainer": ApptainerSandbox,
-}
+# An entry is a Sandbox subclass, constructed as `cls(snapshot, limits, **options)`, or to attach
+# to another process's sandbox as `cls(None, limits, attach=handle, **options)`.
+BACKENDS: Registry[type[Sandbox]] = Registry("sandbox backend")
+BACKENDS.register("bwrap", BwrapSandbox)
+BACKENDS.register("local", LocalSandbox)
+BACKENDS.register("apptainer", ApptainerSandbox)
 
 
 def create_sandbox(snapshot: Snapshot, backend: str = "auto", limits: SandboxLimits | None = None,
@@ -42,7 +43,7 @@ def create_sandbox(snapshot: Snapshot, backend: str = "auto", limits: SandboxLim
     copy). `options` go to the backend (apptainer: `image=`)."""
     backend = backend_name(backend)
     try:
-        cls = resolve(BACKENDS, backend, "sandbox backend")
+        cls = BACKENDS.get(backend)
     except ValueError as exc:
         raise SandboxError(str(exc)) from None
     try:
@@ -66,7 +67,7 @@ def attach_sandbox(handle: Mapping[str, Any]) -> Sandbox:
     """Run commands in a sandbox another process owns, from its `Sandbox.handle()`. The handle
     cannot outlive the tree: `destroy()` on it stops only the commands it started."""
     try:
-        cls = resolve(BACKENDS, handle["backend"], "sandbox backend")
+        cls = BACKENDS.get(handle["backend"])
         limits = SandboxLimits(**handle["limits"])
         options = dict(handle.get("options") or {})
     except (KeyError, TypeError, ValueError) as exc:
