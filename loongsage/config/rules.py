@@ -1,16 +1,19 @@
 """Cross-field rules, checked before anything starts; every message names its fields."""
 from __future__ import annotations
 
+from loongsage.config.sampling_rules import sampling_problems
+from loongsage.config.registry_choices import RegistryChoices
 from loongsage.config.schema import Config
 
 CHOICES = {
-    "rollout.engine": ("embedded",),
+    "rollout.engine": RegistryChoices("loongsage.inference.engines:ENGINES"),
     "rollout.dtype": ("float32", "bfloat16"),
-    "trainer.backend": ("fsdp",),
+    "trainer.backend": RegistryChoices("loongsage.training.backends:TRAIN_BACKENDS"),
     "trainer.strategy": ("ddp", "fsdp2"),
     "trainer.dtype": ("float32", "bfloat16"),
     "trainer.weight_sync_transport": ("shm", "inline"),
-    "algorithm.advantage": ("grpo",),
+    "algorithm.advantage": RegistryChoices("loongsage.algorithms.advantages:ADVANTAGE_ESTIMATORS"),
+    "algorithm.policy_loss": RegistryChoices("loongsage.algorithms.losses:POLICY_LOSSES"),
     "algorithm.loss_aggregation": ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum"),
     "algorithm.kl_kind": ("k1", "k2", "k3"),
     "algorithm.proximal": ("recompute", "interpolate", "behaviour"),
@@ -29,8 +32,9 @@ class ConfigError(ValueError):
 
 
 def check(cfg: Config) -> None:
-    problems = [*_choice_problems(cfg), *_range_problems(cfg), *_batch_problems(cfg), *_mix_problems(cfg),
-                *_window_problems(cfg), *_placement_problems(cfg), *_roles_problems(cfg), *_container_problems(cfg)]
+    problems = [*_choice_problems(cfg), *_range_problems(cfg), *sampling_problems(cfg), *_batch_problems(cfg),
+                *_mix_problems(cfg), *_window_problems(cfg), *_placement_problems(cfg), *_roles_problems(cfg),
+                *_container_problems(cfg)]
     if problems:
         raise ConfigError("invalid config:\n" + "\n".join(f"  - {p}" for p in problems))
 
@@ -43,11 +47,14 @@ def _get(cfg: Config, dotted: str):
 
 
 def _choice_problems(cfg: Config) -> list[str]:
-    return [
-        f"{key}={_get(cfg, key)!r} is not one of {', '.join(choices)}"
-        for key, choices in CHOICES.items()
-        if _get(cfg, key) not in choices
-    ]
+    problems = []
+    for key, choices in CHOICES.items():
+        value = _get(cfg, key)
+        if isinstance(choices, RegistryChoices):
+            problems += choices.problems(key, value)
+        elif value not in choices:
+            problems.append(f"{key}={value!r} is not one of {', '.join(choices)}")
+    return problems
 
 
 def _range_problems(cfg: Config) -> list[str]:
@@ -55,11 +62,6 @@ def _range_problems(cfg: Config) -> list[str]:
     rules = [
         (r.num_engines >= 1, f"rollout.num_engines={r.num_engines} must be >= 1"),
         (r.prompts_per_step >= 1, f"rollout.prompts_per_step={r.prompts_per_step} must be >= 1"),
-        (r.temperature > 0, f"rollout.temperature={r.temperature} must be > 0 (RL needs sampled, not greedy, responses)"),
-        (0 < r.top_p <= 1, f"rollout.top_p={r.top_p} must be in (0, 1]"),
-        (r.top_k == -1 or r.top_k >= 1, f"rollout.top_k={r.top_k} must be -1 (off) or >= 1"),
-        (r.max_new_tokens >= 1, f"rollout.max_new_tokens={r.max_new_tokens} must be >= 1"),
-        (r.max_new_tokens < r.max_context, f"rollout.max_new_tokens={r.max_new_tokens} must be below rollout.max_context={r.max_context}"),
         (r.max_running >= 1, f"rollout.max_running={r.max_running} must be >= 1"),
         (r.num_threads >= 1, f"rollout.num_threads={r.num_threads} must be >= 1"),
         (t.world_size >= 1, f"trainer.world_size={t.world_size} must be >= 1"),
@@ -82,7 +84,8 @@ def _range_problems(cfg: Config) -> list[str]:
         (cfg.warm_start.lr > 0, f"warm_start.lr={cfg.warm_start.lr} must be > 0"),
         (not cfg.warm_start.source or bool(cfg.agent.name),
          f"warm_start.source={cfg.warm_start.source!r} needs agent.name: demonstrations are replayed by the run's agent"),
-        (cfg.pipeline.max_staleness >= 0, f"pipeline.max_staleness={cfg.pipeline.max_staleness} must be >= 0"),
+        (cfg.pipeline.max_staleness is None or cfg.pipeline.max_staleness >= 0,
+         f"pipeline.max_staleness={cfg.pipeline.max_staleness} must be >= 0"),
         (cfg.pipeline.max_inflight >= 0, f"pipeline.max_inflight={cfg.pipeline.max_inflight} must be >= 0 (0: automatic)"),
         (cfg.pipeline.batch_timeout_s > 0, f"pipeline.batch_timeout_s={cfg.pipeline.batch_timeout_s} must be > 0"),
         (cfg.run.placement != "colocate" or cfg.run.mode == "sync",
@@ -150,13 +153,17 @@ def _mix_problems(cfg: Config) -> list[str]:
 
 
 def _window_problems(cfg: Config) -> list[str]:
+    from loongsage.controller.run_modes import RUN_MODES, mode_conflicts, pipeline_settings
     from loongsage.controller.windows import build_window
 
+    if cfg.run.mode not in RUN_MODES:  # a choice problem of its own
+        return []
+    pipeline = pipeline_settings(cfg)
     try:
-        build_window(cfg.pipeline.window, cfg.rollout.prompts_per_step, max(cfg.pipeline.max_staleness, 0))
+        build_window(pipeline.window, cfg.rollout.prompts_per_step, max(pipeline.max_staleness, 0))
     except (ValueError, TypeError) as exc:
-        return [f"pipeline.window={cfg.pipeline.window!r}: {exc}"]
-    return []
+        return [f"pipeline.window={pipeline.window!r}: {exc}", *mode_conflicts(cfg)]
+    return mode_conflicts(cfg)
 
 
 def _placement_problems(cfg: Config) -> list[str]:

@@ -2,7 +2,7 @@
 sandbox, talking to the engines through the AgentFlow router; the router's recorded
 trajectories (token in, token out) become the training samples.
 
-The same two methods as SyncRolloutSource, so the controller's loop does not change.
+A rollout source like CompletionRolloutSource: the pipeline hands it one item per group.
 
 Before anything runs, SWE runs check their sandbox backend for real (a tool call and one
 gold patch graded, tasks/swe/preflight.py) and refuse to start when it cannot grade; a batch
@@ -15,29 +15,26 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from typing import Any, Callable
 
 from loongsage.agentflow.agents import Agent, AgentResult, AgentTask, Endpoint, build_agent
 from loongsage.agentflow.router import Router, RouterConfig, RouterServer, to_samples
 from loongsage.agentflow.sandbox import SandboxError, SandboxLimits, create_sandbox
 from loongsage.config import Config
 from loongsage.controller.grading_health import check_grading, mark_grading_error
-from loongsage.controller.prompts import MixedPromptStream, PromptStream
+from loongsage.controller.data_stream import SINGLE_SOURCE, Item
 from loongsage.controller.rollout import RolloutGroup
 from loongsage.sample import Sample
-from loongsage.tasks.registry import get_episode_reward
+from loongsage.tasks.registry import Reward, get_reward
 from loongsage.tasks.scoring import score_safely
 from loongsage.tasks.swe.preflight import sandbox_preflight
 from loongsage.tasks.swe.reward import episode_reward as swe_episode_reward
 
 log = logging.getLogger(__name__)
-EpisodeReward = Callable[[dict, AgentResult], tuple[float, dict]]
 
 
 class AgentRolloutSource:
-    def __init__(self, cfg: Config, prompts: PromptStream | MixedPromptStream, rollout: RolloutGroup, model_path: str):
+    def __init__(self, cfg: Config, rollout: RolloutGroup, model_path: str):
         self.cfg = cfg
-        self.prompts = prompts
         # Per data source (one unnamed source unless data.mix): its agent and its reward.
         self.agents, self.rewards = _agents_and_rewards(cfg)
         try:
@@ -62,30 +59,17 @@ class AgentRolloutSource:
             return
         print(f"[loongsage] {sandbox_preflight(self.cfg.agent.sandbox, limits=self.limits)}", flush=True)
 
-    def next_batch(self, step: int) -> list[Sample]:
-        items = self.prompts.take_tagged(self.cfg.rollout.prompts_per_step)
-        futures = [self.pool.submit(self._episode, f"step{step}-g{group}", group, member, source, item)
-                   for group, (source, item) in enumerate(items) for member in range(self.cfg.rollout.group_size)]
-        samples = [sample for future in futures for sample in future.result()]
-        check_grading(samples, self.cfg.agent.sandbox, f"step {step}")
-        return samples
-
-    def take_items(self, count: int) -> list[tuple[str, dict]]:
-        return self.prompts.take_tagged(count)
-
-    def rollout_group(self, index: int, tagged_item: tuple[str, dict]) -> list[Sample]:
-        """One item's group of episodes; `index` counts groups over the run (asynchronous modes)
-        and names the trajectories as the synchronous loop would."""
+    def rollout_group(self, index: int, item: Item) -> list[Sample]:
+        """One item's group of episodes; `index` counts groups over the run from 0 and names the
+        trajectories `step<S>-g<G>-m<M>` (group G of the S-th batch)."""
         step, group = divmod(index, self.cfg.rollout.prompts_per_step)
-        source, item = tagged_item
-        futures = [self.pool.submit(self._episode, f"step{step + 1}-g{group}", index, member, source, item)
+        futures = [self.pool.submit(self._episode, f"step{step + 1}-g{group}", index, member, item)
                    for member in range(self.cfg.rollout.group_size)]
         samples = [sample for future in futures for sample in future.result()]
-        # Per group here: the asynchronous modes assemble steps elsewhere, from groups.
         check_grading(samples, self.cfg.agent.sandbox, f"rollout group {index}")
         return samples
 
-    def demonstrations(self, items: list[dict]) -> list[Sample]:
+    def demonstrations(self, items: list[Item]) -> list[Sample]:
         """Training samples of the items' demonstrations, replayed by the (first) agent in fresh
         sandboxes and recorded by the router exactly as a rollout of them would be."""
         agent = next(iter(self.agents.values()))
@@ -93,52 +77,52 @@ class AgentRolloutSource:
             raise ValueError(f"warm_start: agent {self.cfg.agent.name!r} cannot replay demonstrations (the tool agent can)")
         samples: list[Sample] = []
         for item in items:
-            calls = item.get("demonstration")
+            calls = item.data.get("demonstration")
             if not calls:
-                raise ValueError(f"warm_start: item {item.get('id')!r} carries no demonstration")
-            task = item.get("task")
-            workspace = create_sandbox(task.files, self.cfg.agent.sandbox, self.limits) if task is not None else nullcontext(None)
-            with workspace as sandbox:
-                body = agent.demonstration(AgentTask(str(item["id"]), _prompt_text(item), sandbox), calls)
-            trajectory = self.server.router.demonstrate(f"demo-{item['id']}", body)
+                raise ValueError(f"warm_start: item {item.id!r} carries no demonstration")
+            with self._workspace(item) as sandbox:
+                body = agent.demonstration(self._task(item, sandbox), calls)
+            trajectory = self.server.router.demonstrate(f"demo-{item.id}", body)
             samples.extend(to_samples(trajectory, mode=self.cfg.agent.export))
         return samples
-
-    def on_weights_updated(self, version: int) -> None:
-        """Nothing is in flight between steps in synchronous mode."""
 
     def close(self) -> None:
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.server.stop()
 
-    def _episode(self, name: str, group: int, member: int, source: str, item: dict) -> list[Sample]:
+    def _episode(self, name: str, group: int, member: int, item: Item) -> list[Sample]:
         trajectory_id = f"{name}-m{member}"
-        result = self._run_agent(self.agents[source], trajectory_id, item)
-        reward, info, error = _score(self.rewards[source], item, result)
+        result = self._run_agent(self.agents[item.source], trajectory_id, item)
+        reward, info, error = score_safely(self.rewards[item.source], item.data, result)
         trajectory = self.server.router.store.pop(trajectory_id)
         samples = to_samples(trajectory, mode=self.cfg.agent.export) if trajectory is not None else []
         if not samples:
             log.warning("episode %s left no trajectory (%s: %s)", trajectory_id, result.exit_status, result.error)
         for sample in samples:
-            sample.reward, sample.group_id, sample.label = reward, group, str(item["label"])
-            sample.prompt_text = _prompt_text(item)
-            sample.metadata.update(exit_status=result.exit_status, turns=result.turns, reward_info=info,
-                                   agent_log=result.log[-8:], source=source)
+            sample.reward, sample.group_id, sample.label = reward, group, item.label
+            sample.prompt_text = item.prompt_text
+            sample.metadata.update(item_id=item.id, exit_status=result.exit_status, turns=result.turns,
+                                   reward_info=info, agent_log=result.log[-8:], source=item.source)
             if error is not None:
                 sample.metadata["reward_error"] = error
             mark_grading_error(sample, info)
         return samples
 
-    def _run_agent(self, agent: Agent, trajectory_id: str, item: dict) -> AgentResult:
-        task = item.get("task")
-        workspace = (create_sandbox(task.files, self.cfg.agent.sandbox, self.limits)
-                     if task is not None and getattr(task, "files", None) is not None else nullcontext(None))
+    def _workspace(self, item: Item):
+        """A fresh sandbox holding the item's task files, when it has a task with files."""
+        files = getattr(item.data.get("task"), "files", None)
+        return create_sandbox(files, self.cfg.agent.sandbox, self.limits) if files is not None else nullcontext(None)
+
+    def _task(self, item: Item, sandbox) -> AgentTask:
+        return AgentTask(item.id, item.prompt_text, sandbox, dict(item.data.get("metadata") or {}),
+                         system_prompt=item.system_prompt)
+
+    def _run_agent(self, agent: Agent, trajectory_id: str, item: Item) -> AgentResult:
         endpoint = Endpoint(self.server.url_for(trajectory_id), self.server.router.key_for(trajectory_id),
                             self.cfg.model.name)
         try:
-            with workspace as sandbox:
-                task_view = AgentTask(str(item["id"]), _prompt_text(item), sandbox, dict(item.get("metadata") or {}))
-                return agent.run(task_view, endpoint)
+            with self._workspace(item) as sandbox:
+                return agent.run(self._task(item, sandbox), endpoint)
         except Exception as exc:  # one broken episode costs its reward, not the run
             # The first failure's traceback says where; the rest (often the same cause, e.g. an
             # engine that died under every episode in flight) get a line each.
@@ -148,10 +132,11 @@ class AgentRolloutSource:
             log.error("agent episode %s failed: %s: %s", trajectory_id, type(exc).__name__, exc, exc_info=first)
             return AgentResult(exit_status="error", error=f"{type(exc).__name__}: {exc}")
 
-def _agents_and_rewards(cfg: Config) -> tuple[dict[str, Agent], dict[str, EpisodeReward]]:
+
+def _agents_and_rewards(cfg: Config) -> tuple[dict[str, Agent], dict[str, Reward]]:
     if not cfg.data.mix:
-        return ({"": build_agent(cfg.agent.name, dict(cfg.agent.options))},
-                {"": _episode_reward(cfg, cfg.data.reward)})
+        return ({SINGLE_SOURCE: build_agent(cfg.agent.name, dict(cfg.agent.options))},
+                {SINGLE_SOURCE: _episode_reward(cfg, cfg.data.reward)})
     agents, rewards = {}, {}
     for entry in cfg.data.mix:
         agent_name = entry.agent or cfg.agent.name
@@ -161,31 +146,12 @@ def _agents_and_rewards(cfg: Config) -> tuple[dict[str, Agent], dict[str, Episod
     return agents, rewards
 
 
-def _episode_reward(cfg: Config, name: str) -> EpisodeReward:
+def _episode_reward(cfg: Config, name: str) -> Reward:
     """The reward by name; SWE patches are graded on the run's own sandbox backend, the one
     the preflight checked (and the one `agent.sandbox=...` changes)."""
-    reward = get_episode_reward(name)
+    reward = get_reward(name)
     return functools.partial(reward, backend=cfg.agent.sandbox) if reward is swe_episode_reward else reward
 
 
-def _is_swe_reward(reward: EpisodeReward) -> bool:
+def _is_swe_reward(reward: Reward) -> bool:
     return getattr(reward, "func", reward) is swe_episode_reward
-
-
-def _score(reward: EpisodeReward, item: dict, result: AgentResult) -> tuple[float, dict[str, Any], str | None]:
-    info: dict[str, Any] = {}
-
-    def reward_of_episode(_response: str, _label: str) -> float:
-        value, details = reward(item, result)
-        info.update(details)
-        return value
-
-    value, error = score_safely(reward_of_episode, result.patch, str(item["label"]))
-    return value, info, error
-
-
-def _prompt_text(item: dict) -> str:
-    prompt = item["prompt"]
-    if isinstance(prompt, str):
-        return prompt
-    return "\n\n".join(str(m.get("content", "")) for m in prompt if m.get("role") == "user")

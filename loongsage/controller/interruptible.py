@@ -7,6 +7,8 @@ import sys
 import threading
 import time
 import traceback
+from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from typing import Callable, TypeVar
 
 STOP_POLL_S = 0.5  # how often a blocked wait looks at its stop condition
@@ -16,13 +18,11 @@ T = TypeVar("T")
 
 class StepInterrupted(Exception):
     """A wait for the next training batch was given up (the run is stopping, e.g. preempted).
-    `abandoned`: the thread still doing the given-up work, if any, to be waited for at shutdown.
     `trainer_busy`: the given-up work was the trainer's, whose state is then half-updated and
     must not be saved."""
 
-    def __init__(self, message: str, abandoned: threading.Thread | None = None, trainer_busy: bool = False):
+    def __init__(self, message: str, trainer_busy: bool = False):
         super().__init__(message)
-        self.abandoned = abandoned
         self.trainer_busy = trainer_busy
 
 
@@ -31,28 +31,40 @@ def poll_timeout(deadline: float | None) -> float:
     return STOP_POLL_S if deadline is None else max(0.0, min(STOP_POLL_S, deadline - time.perf_counter()))
 
 
-def call_interruptibly(fn: Callable[[], T], stop: Callable[[], bool], name: str, trainer_busy: bool = False) -> T:
-    """`fn()` in a daemon thread, waited for from here: its result or exception, or StepInterrupted
-    once `stop()` is true. An abandoned `fn` goes on in the background; its result is dropped and
-    the run is about to end: wait for the thread (`StepInterrupted.abandoned`) once what it waits
-    on is stopped, because Ray ends a process one of whose threads calls it after shutdown."""
-    outcome: dict[str, object] = {}
+class InterruptibleCalls:
+    """The controller's long calls (the warm start, a training step, a weight sync), each run on
+    a daemon thread of this object's and waited for from the caller's, so a stop can give up
+    waiting. A call given up on goes on in the background, its result dropped; `close` waits for
+    it once what it waits on is stopped, because Ray ends a process one of whose threads calls it
+    after ray.shutdown(). (Daemon threads: a call that never returns must not hold the exit.)"""
 
-    def target() -> None:
-        try:
-            outcome["result"] = fn()
-        except BaseException as exc:  # handed to the waiting thread
-            outcome["error"] = exc
+    def __init__(self, name: str):
+        self.name = name
+        self._thread: threading.Thread | None = None
 
-    worker = threading.Thread(target=target, name=name, daemon=True)
-    worker.start()
-    while worker.is_alive():
-        worker.join(STOP_POLL_S)
-        if worker.is_alive() and stop():
-            raise StepInterrupted(f"stopped waiting for {name}", abandoned=worker, trainer_busy=trainer_busy)
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["result"]
+    def call(self, fn: Callable[[], T], stop: Callable[[], bool], what: str, trainer_busy: bool = False) -> T:
+        """`fn()`'s result or exception, or StepInterrupted once `stop()` is true."""
+        outcome: Future = Future()
+
+        def target() -> None:
+            try:
+                outcome.set_result(fn())
+            except BaseException as exc:  # handed to the waiting thread
+                outcome.set_exception(exc)
+
+        self._thread = threading.Thread(target=target, name=f"{self.name}: {what}", daemon=True)
+        self._thread.start()
+        while not futures_wait([outcome], STOP_POLL_S).done:
+            if stop():
+                raise StepInterrupted(f"stopped waiting for {what}", trainer_busy=trainer_busy)
+        return outcome.result()
+
+    def close(self, timeout: float) -> threading.Thread | None:
+        """Wait up to `timeout` for a call given up on; the thread if it still runs."""
+        if self._thread is None:
+            return None
+        self._thread.join(timeout)
+        return self._thread if self._thread.is_alive() else None
 
 
 def thread_stacks(threads: list[threading.Thread]) -> str:

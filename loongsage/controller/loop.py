@@ -1,6 +1,15 @@
-"""The controller's loop: prompts -> rollout -> reward -> advantages -> train -> weight sync."""
+"""The controller's loop: prompts -> rollout -> reward -> advantages -> train -> weight sync.
+
+Who owns which threads (each stops in `Controller.shutdown`, in the order written there):
+the rollout pipeline (a producer thread and a pool running prompt groups), the rollout
+source (agent episodes: an episode pool and the router's HTTP server; single completions:
+reward-worker actors), the RolloutGroup (one event loop thread carrying every engine
+request, and the engine actors), the TrainGroup (the trainer actors), and the controller
+itself (one thread at a time for a long call it may give up on: InterruptibleCalls).
+"""
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -12,22 +21,24 @@ from loongsage.algorithms.advantages import grouped_advantages
 from loongsage.cluster.actor_placement import place_actors
 from loongsage.config import Config
 from loongsage.controller.agent_rollout import AgentRolloutSource
-from loongsage.controller.async_rollout import ROLLOUT_GROUP_THREAD, AsyncRollout
-from loongsage.controller.interruptible import StepInterrupted, call_interruptibly, thread_stacks
-from loongsage.controller.engine_failure import EngineDied
 from loongsage.controller.checkpoint import latest_checkpoint, load_controller_state, save_checkpoint
+from loongsage.controller.completion_rollout import CompletionRolloutSource
+from loongsage.controller.data_stream import DataStream, Item, from_legacy_state
+from loongsage.controller.engine_failure import EngineDied
+from loongsage.controller.interruptible import InterruptibleCalls, StepInterrupted, thread_stacks
 from loongsage.controller.metrics import rollout_metrics
 from loongsage.controller.monitor import Monitor
-from loongsage.controller.prompts import prompt_stream
 from loongsage.controller.rewards import RewardPool
 from loongsage.controller.rollout import RolloutGroup
-from loongsage.controller.sync_rollout import SyncRolloutSource
+from loongsage.controller.rollout_pipeline import ROLLOUT_GROUP_THREAD, RolloutPipeline, RolloutSource
 from loongsage.controller.warm_start import warm_start
 from loongsage.inference.activity import IdleClock
-from loongsage.models import load_tokenizer, resolve_model_path
+from loongsage.models import resolve_model_path
 from loongsage.sample import Sample
 from loongsage.tasks.registry import get_data_source
 from loongsage.training.group import TrainGroup
+
+log = logging.getLogger(__name__)
 
 SHUTDOWN_WAIT_S = 30.0  # for rollout threads to end once the engines are stopped
 
@@ -37,9 +48,9 @@ class Controller:
         self.cfg = cfg
         self.run_dir = run_dir
         model_path = str(resolve_model_path(cfg.model.name))
-        self.prompts = prompt_stream(cfg.data, load_tokenizer(model_path), cfg.run.seed)
+        self.data = DataStream(cfg.data, cfg.rollout.prompts_per_step, cfg.run.seed)
         self.placement = place_actors(cfg)
-        print(f"[loongsage] placement:\n{self.placement.describe()}", flush=True)
+        log.info("placement:\n%s", self.placement.describe())
         try:
             self.rollout = RolloutGroup(cfg.rollout, model_path, self.placement.engine_cpus, self.placement.engine_options)
             self.trainer = TrainGroup(model_path, cfg.trainer, cfg.algorithm, cfg.run.seed,
@@ -50,11 +61,10 @@ class Controller:
         self.source = self._rollout_source(model_path)
         self.step = 0
         self.weight_version = 0
-        self.async_rollout: AsyncRollout | None = None  # one_step_off / fully_async, started by run()
-        self._pending_items: list = []  # taken by an asynchronous run's rollout, not trained when it saved
+        self.pipeline: RolloutPipeline | None = None  # started by run(), after any warm start
+        self.calls = InterruptibleCalls("controller")
         self._saved_step = -1
         self._warm_started = False
-        self._abandoned: list[threading.Thread] = []  # rollouts given up when the run was stopped
         self._resume_if_possible()
 
     def run(self, stop: Callable[[], bool] = lambda: False, abandon: Callable[[], bool] = lambda: False) -> bool:
@@ -64,7 +74,6 @@ class Controller:
         warm start or a step training is given up too, and then nothing more is saved.
         EngineDied when an inference engine's process is gone."""
         monitor = Monitor(self.cfg.logging, self.run_dir, self.cfg.run.steps, self.step)
-        prompts_before = None
         try:
             if stop():
                 raise StepInterrupted("asked to stop before the first step")
@@ -72,14 +81,10 @@ class Controller:
                 self._warm_start(monitor, stop, abandon)
                 self._warm_started = True
                 monitor.start_clock()
-            if self.cfg.run.mode != "sync" or self.cfg.pipeline.filter_zero_variance:
-                first_group = self.step * self.cfg.rollout.prompts_per_step
-                self.async_rollout = AsyncRollout(self.cfg, self.source, self.rollout, first_group, self._pending_items)
+            first_group = self.step * self.cfg.rollout.prompts_per_step  # seeds and names go on across a resume
+            self.pipeline = RolloutPipeline(self.cfg, self.data, self.source, self.rollout, first_group)
             self._idle_clock = IdleClock(self.rollout.activity)
             while self.step < self.cfg.run.steps:
-                # Sync: where the stream stood after the last step. Async: the rollout's own
-                # checkpoint_state (read under its lock) says it, so nothing is read here.
-                prompts_before = self.prompts.state_dict() if self.async_rollout is None else None
                 if stop():
                     raise StepInterrupted("asked to stop between steps")
                 samples, metrics = self._one_step(stop, abandon)
@@ -89,9 +94,7 @@ class Controller:
                     self._save()
             return True
         except StepInterrupted as interrupted:
-            if interrupted.abandoned is not None:
-                self._abandoned.append(interrupted.abandoned)
-            self._stop_here(interrupted, prompts_before)
+            self._stop_here(interrupted)
             return False
         except EngineDied:
             raise
@@ -102,71 +105,72 @@ class Controller:
             monitor.close()
 
     def shutdown(self) -> None:
-        """Generation stops first and then the trainer, so threads given up on (a rollout, a
-        training step) end fast and are waited for: Ray ends the whole process if one of its
-        threads calls it after ray.shutdown()."""
-        if self.async_rollout is not None:
-            self.async_rollout.close()
+        """Everything the run started, stopped in this order (the one place it is written):
+        1. the pipeline admits no more groups, and its producer thread ends;
+        2. the engines stop, so every request in flight ends: the pipeline's group threads, the
+           agent episodes and the request loop's coroutines return instead of waiting forever;
+        3. the rollout source: the agent episode pool and router server, or the reward workers;
+        4. the trainer's actors, so a training call given up on returns;
+        5. the threads given up on (a controller call, the pipeline's groups) are waited for,
+           bounded: Ray ends the whole process if one of its threads calls it after
+           ray.shutdown(), which run.py does next;
+        6. the placement group, releasing the actors' seats."""
+        if self.pipeline is not None:
+            self.pipeline.close()
         self.rollout.shutdown()
         self.source.close()
         self.trainer.shutdown()
-        still_running = []
-        for thread in self._abandoned:
-            thread.join(SHUTDOWN_WAIT_S)
-            if thread.is_alive():
-                still_running.append(thread.name)
-        if self.async_rollout is not None and self.async_rollout.wait_for_groups(SHUTDOWN_WAIT_S):
-            still_running.append("asynchronous rollout groups")
-        if still_running:
-            stuck = [t for t in threading.enumerate() if t in self._abandoned or t.name.startswith(ROLLOUT_GROUP_THREAD)]
-            print(f"[loongsage] warning: still running at shutdown: {', '.join(still_running)}\n{thread_stacks(stuck)}",
-                  flush=True)
+        stuck = [thread for thread in [self.calls.close(SHUTDOWN_WAIT_S)] if thread is not None]
+        if self.pipeline is not None and self.pipeline.wait_for_groups(SHUTDOWN_WAIT_S):
+            stuck += [t for t in threading.enumerate() if t.name.startswith(ROLLOUT_GROUP_THREAD)]
+        if stuck:
+            log.warning("still running at shutdown: %s\n%s", ", ".join(t.name for t in stuck), thread_stacks(stuck))
         self.placement.remove()
 
-    def _rollout_source(self, model_path: str):
+    def _rollout_source(self, model_path: str) -> RolloutSource:
         """Agent episodes through the router when an agent is configured, else one completion per sample."""
         if self.cfg.agent.name:
-            return AgentRolloutSource(self.cfg, self.prompts, self.rollout, model_path)
+            return AgentRolloutSource(self.cfg, self.rollout, model_path)
         rewards = RewardPool(self.cfg.data.reward, self.cfg.data.num_reward_workers)
-        return SyncRolloutSource(self.cfg.rollout, self.prompts, self.rollout, rewards, self.cfg.run.seed)
+        return CompletionRolloutSource(self.rollout, rewards, self.cfg.run.seed)
 
     def _warm_start(self, monitor: Monitor, stop: Callable[[], bool], abandon: Callable[[], bool]) -> None:
         ws = self.cfg.warm_start
-        items = list(get_data_source(ws.source)(**ws.options))
-        samples = call_interruptibly(lambda: self.source.demonstrations(items), stop, "recording the demonstrations")
-        print(f"[loongsage] warm start: {len(samples)} demonstrations from {ws.source}", flush=True)
+        # The run's system prompt, so the demonstrations look exactly as the run's episodes will.
+        items = [Item("warm_start", index, data, self.cfg.data.system_prompt)
+                 for index, data in enumerate(get_data_source(ws.source)(**ws.options))]
+        samples = self.calls.call(lambda: self.source.demonstrations(items), stop, "recording the demonstrations")
+        log.info("warm start: %d demonstrations from %s", len(samples), ws.source)
 
-        def log(update: int, metrics: dict[str, float]) -> None:
+        def log_update(update: int, metrics: dict[str, float]) -> None:
             monitor.scalars(update, {"warm_start/nll": metrics["train/loss"], "warm_start/grad_norm": metrics["train/grad_norm"]})
 
-        call_interruptibly(lambda: warm_start(samples, ws, self.trainer.supervised_step, self.cfg.run.seed, log),
-                           abandon, "the warm start", trainer_busy=True)
-        call_interruptibly(self._sync_weights, abandon, "the weight sync after the warm start", trainer_busy=True)
+        self.calls.call(lambda: warm_start(samples, ws, self.trainer.supervised_step, self.cfg.run.seed, log_update),
+                        abandon, "the warm start", trainer_busy=True)
+        self.calls.call(self._sync_weights, abandon, "the weight sync after the warm start", trainer_busy=True)
 
     def _one_step(self, stop: Callable[[], bool], abandon: Callable[[], bool]) -> tuple[list[Sample], dict[str, float]]:
         """Step `self.step + 1`; StepInterrupted (nothing trained) when `stop()` turns true while
         its batch is still being rolled out, or `abandon()` while it trains or syncs weights."""
         step = self.step + 1
         started = time.perf_counter()
-        if self.async_rollout is not None:
-            samples, pipeline_metrics = self.async_rollout.take(self.weight_version, stop)
-        else:
-            samples = call_interruptibly(lambda: self.source.next_batch(step), stop, f"the rollout of step {step}")
-            pipeline_metrics = {}
+        samples, pipeline_metrics = self.pipeline.take(self.weight_version, stop)
+        if step == self.cfg.run.steps:  # nothing more will be trained: start no more groups
+            self.pipeline.close()
         rolled_out = time.perf_counter()
         # Episodes that failed because their engine died would train as zero-reward noise.
         self._stop_if_engines_died()
         self._assign_advantages(samples)
-        metrics = call_interruptibly(lambda: self.trainer.train_step(samples, policy_version=self.weight_version),
-                                     abandon, f"training step {step}", trainer_busy=True)
+        metrics = self.calls.call(lambda: self.trainer.train_step(samples, policy_version=self.weight_version),
+                                  abandon, f"training step {step}", trainer_busy=True)
         trained = time.perf_counter()
-        call_interruptibly(self._sync_weights, abandon, f"the weight sync of step {step}", trainer_busy=True)
+        self.calls.call(self._sync_weights, abandon, f"the weight sync of step {step}", trainer_busy=True)
         synced = time.perf_counter()
         metrics.update(rollout_metrics(samples))
         metrics.update(pipeline_metrics)
         metrics.update(
             {
-                # Waiting for the batch: in the asynchronous modes only what rollout did not hide.
+                # Waiting for the batch: only what rollout did not hide (all of it in run.mode=sync).
                 "timing/rollout_s": rolled_out - started,
                 "timing/train_s": trained - rolled_out,
                 "timing/weight_sync_s": synced - trained,
@@ -203,24 +207,18 @@ class Controller:
         def push() -> None:
             self.trainer.push_weights(self.rollout.urls, self.weight_version)
 
-        if self.async_rollout is not None:
-            self.async_rollout.update_weights(push)
-        else:
+        if self.pipeline is not None:
+            self.pipeline.update_weights(push)
+        else:  # the warm start's, before rollout starts
             push()
-        self.source.on_weights_updated(self.weight_version)
 
-    def _save(self, prompts_state: dict | None = None) -> None:
-        """`prompts_state`: the stream's position after the last trained step, where the stream has
-        since moved on for a rollout that was given up (synchronous mode)."""
+    def _save(self) -> None:
         state = {"step": self.step, "weight_version": self.weight_version, "warm_started": self._warm_started,
-                 "prompts": prompts_state or self.prompts.state_dict(), "pending": []}
-        if self.async_rollout is not None:
-            # Rollout runs ahead of training: the stream's position alone would skip what is in flight.
-            state.update(self.async_rollout.checkpoint_state())
+                 "data": self.data.state_dict()}
         save_checkpoint(self.run_dir, self.step, state, self.trainer.save_checkpoint)
         self._saved_step = self.step
 
-    def _stop_here(self, interrupted: StepInterrupted, prompts_state: dict | None) -> None:
+    def _stop_here(self, interrupted: StepInterrupted) -> None:
         """The checkpoint a stopping run resumes from, unless its last step was just saved, it has
         not trained at all (a finished warm start counts: step 0 with the warm-started weights), or
         the trainer was stopped in the middle of an update (then the last checkpoint stands)."""
@@ -229,15 +227,15 @@ class Controller:
         if interrupted.trainer_busy:
             checkpoint = latest_checkpoint(self.run_dir)
             kept = f"the last checkpoint is {checkpoint}" if checkpoint else "no checkpoint yet: the run starts over"
-            print(f"[loongsage] stopping at step {self.step}: {interrupted}, nothing saved ({kept}; "
-                  f"SIGTERM instead of Ctrl-C finishes the step in progress and saves it)", flush=True)
+            log.info("stopping at step %d: %s, nothing saved (%s; SIGTERM instead of Ctrl-C finishes the step in "
+                     "progress and saves it)", self.step, interrupted, kept)
             return
         if not trained:
-            print("[loongsage] stopping before training: nothing to save", flush=True)
+            log.info("stopping before training: nothing to save")
             return
         if self._saved_step != self.step:
-            self._save(prompts_state)
-        print(f"[loongsage] stopping at step {self.step}: checkpoint written in {time.perf_counter() - started:.1f} s", flush=True)
+            self._save()
+        log.info("stopping at step %d: checkpoint written in %.1f s", self.step, time.perf_counter() - started)
 
     def _resume_if_possible(self) -> None:
         checkpoint = latest_checkpoint(self.run_dir)
@@ -251,11 +249,7 @@ class Controller:
         # Checkpoints from before the field existed are all of trained steps, after any warm start.
         self._warm_started = state.get("warm_started", True)
         self.weight_version = state["weight_version"]
-        self.prompts.load_state_dict(state["prompts"])
-        self._pending_items = state.get("pending", [])
-        if self._pending_items and self.cfg.run.mode == "sync":
-            print(f"[loongsage] warning: {len(self._pending_items)} prompts an asynchronous run had taken but not trained "
-                  f"are not replayed in run.mode=sync", flush=True)
+        self.data.load_state_dict(state["data"] if "data" in state else from_legacy_state(state, self.data))
         # The engines start from the base model; give them the checkpoint's weights.
         self.trainer.push_weights(self.rollout.urls, self.weight_version)
-        print(f"[loongsage] resumed from {checkpoint} at step {self.step}", flush=True)
+        log.info("resumed from %s at step %d", checkpoint, self.step)

@@ -12,7 +12,7 @@ import ray
 from loongsage.cluster.actor_placement import check_one_per_actor
 from loongsage.config import RolloutConfig
 from loongsage.controller.engine_failure import dead_engines
-from loongsage.controller.prompts import Prompt
+from loongsage.controller.data_stream import Item
 from loongsage.controller.request_loop import RequestLoop
 from loongsage.inference.activity import ActivityMeter
 from loongsage.inference.client import EngineClient
@@ -28,7 +28,8 @@ class RolloutGroup:
                  ray_options: list[dict] | None = None):
         """`cpus`: the cores of each engine (disaggregated placement on this machine); None: all cores.
         `ray_options`: each engine's Ray actor options (its placement-group seat); None: Ray's defaults."""
-        from loongsage.inference.embedded.actor import EmbeddedEngineActor
+        from loongsage.inference.engines import engine_actor
+        engine = engine_actor(cfg.engine)
 
         check_one_per_actor(cpus, cfg.num_engines, "RolloutGroup cpus", "rollout.num_engines")
         check_one_per_actor(ray_options, cfg.num_engines, "RolloutGroup ray_options", "rollout.num_engines")
@@ -44,7 +45,7 @@ class RolloutGroup:
             "weight_version": "0",
         }
         self.actors = [
-            EmbeddedEngineActor.options(**(ray_options[i] if ray_options else {})).remote(
+            engine.options(**(ray_options[i] if ray_options else {})).remote(
                 model_path, {**engine_cfg, "num_threads": len(cpus[i]) if cpus else cfg.num_threads},
                 cpus[i] if cpus else None)
             for i in range(cfg.num_engines)
@@ -62,22 +63,14 @@ class RolloutGroup:
     def clients(self) -> list[EngineClient]:
         return [EngineClient(url, timeout=self.cfg.request_timeout_s) for url in self.urls]
 
-    def generate(self, prompts: list[Prompt], step: int, seed: int) -> list[Sample]:
-        """`group_size` samples per prompt, in prompt order; groups are consecutive."""
-        async def all_groups():
-            return await asyncio.gather(*(self._group(prompt, group_id, step, seed) for group_id, prompt in enumerate(prompts)))
-
-        return [sample for group in self._run(all_groups()) for sample in group]
-
-    def generate_group(self, prompt: Prompt, index: int, seed: int) -> list[Sample]:
-        """The group of the `index`-th prompt of the run (counting from 0), sampled with the
-        same seeds the synchronous schedule gives it: group index % prompts_per_step of step
-        index // prompts_per_step + 1. Callable from any thread."""
-        step, group_id = divmod(index, self.cfg.prompts_per_step)
-        samples = self._run(self._group(prompt, group_id, step + 1, seed))
-        for sample in samples:
-            sample.group_id = index
-        return samples
+    def generate_group(self, item: Item, index: int, seed: int) -> list[Sample]:
+        """`group_size` samples of the `index`-th group of the run (counting from 0), each request
+        seeded by (seed, step, group in step, member), so a group samples the same whatever the
+        run mode and however many groups run beside it. Callable from any thread."""
+        step, group_in_step = divmod(index, self.cfg.prompts_per_step)
+        prompt_text = self._tokenizer.apply_chat_template(item.messages, add_generation_prompt=True, tokenize=False)
+        prompt_ids = self._tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
+        return self._run(self._group(item, prompt_text, prompt_ids, index, f"{seed}:{step + 1}:{group_in_step}"))
 
     @contextmanager
     def weight_update(self, interrupt: bool):
@@ -121,16 +114,17 @@ class RolloutGroup:
         for client in self.__dict__.get("clients", []):  # never started: nothing to close
             await client.aclose()
 
-    async def _group(self, prompt: Prompt, group_id: int, step: int, seed: int) -> list[Sample]:
+    async def _group(self, item: Item, prompt_text: str, prompt_ids: list[int], index: int, seed_key: str) -> list[Sample]:
         # A whole group goes to one engine, so its prompt cache prefills the prompt once.
-        client = self.clients[group_id % len(self.clients)]
+        client = self.clients[index % self.cfg.prompts_per_step % len(self.clients)]
         jobs = []
         for member in range(self.cfg.group_size):
-            request_seed = random.Random(f"rollout:{seed}:{step}:{group_id}:{member}").getrandbits(31)
-            jobs.append(self._sample(client, prompt, group_id, request_seed))
+            request_seed = random.Random(f"rollout:{seed_key}:{member}").getrandbits(31)
+            jobs.append(self._sample(client, item, prompt_text, prompt_ids, index, request_seed))
         return list(await asyncio.gather(*jobs))
 
-    async def _sample(self, client: EngineClient, prompt: Prompt, group_id: int, request_seed: int) -> Sample:
+    async def _sample(self, client: EngineClient, item: Item, prompt_text: str, prompt_ids: list[int], index: int,
+                      request_seed: int) -> Sample:
         sampling_params = {
             "temperature": self.cfg.temperature,
             "top_p": self.cfg.top_p,
@@ -142,21 +136,21 @@ class RolloutGroup:
             with self.activity.request():
                 return await client.agenerate(input_ids=input_ids, sampling_params=params, return_logprob=True, rid=rid)
 
-        generation = await generate_resumable(call, list(prompt.token_ids), sampling_params, self.cfg.max_new_tokens, MAX_RESUMES)
+        generation = await generate_resumable(call, list(prompt_ids), sampling_params, self.cfg.max_new_tokens, MAX_RESUMES)
         response_ids = generation.output_ids
         return Sample(
-            prompt_ids=list(prompt.token_ids),
+            prompt_ids=list(prompt_ids),
             response_ids=response_ids,
             response_logprobs=generation.logprobs,
             loss_mask=[1] * len(response_ids),
             weight_versions=generation.versions,
-            group_id=group_id,
+            group_id=index,
             finish_reason=generation.finish.get("type", "stop"),
-            prompt_text=prompt.text,
+            prompt_text=prompt_text,
             # One call's text is the whole response unless it was resumed; then decode the ids.
             response_text=generation.text if not generation.resumes else self._decode(response_ids),
-            label=prompt.label,
-            metadata={"item_id": prompt.item_id, "resumes": generation.resumes},
+            label=item.label,
+            metadata={"item_id": item.id, "resumes": generation.resumes},
         )
 
     @cached_property

@@ -7,12 +7,11 @@ import time
 import pytest
 
 from loongsage.config import Config
-from loongsage.controller.async_rollout import AsyncRollout
-from loongsage.controller.prompts import PromptStream
+from loongsage.controller.completion_rollout import CompletionRolloutSource
+from loongsage.controller.data_stream import DataStream
 from loongsage.controller.rewards import RewardPool
 from loongsage.controller.rollout import RolloutGroup
-from loongsage.controller.sync_rollout import SyncRolloutSource
-from loongsage.models import load_tokenizer
+from loongsage.controller.rollout_pipeline import RolloutPipeline
 
 MAX_NEW = 48
 HOLD_TIMEOUT_S = 300  # generous: CI runs on 2 loaded cores
@@ -43,10 +42,10 @@ def _run(cfg: Config, rollout: RolloutGroup, model_path: str, steps: int, hold: 
     the update interrupts it whatever the load on the machine; the last update is left alone, as
     what it interrupts is never trained. Returns the batches, the pipeline's buffer and how many
     updates were held so."""
-    prompts = PromptStream(cfg.data, load_tokenizer(model_path), seed=0)
-    source = SyncRolloutSource(cfg.rollout, prompts, rollout, RewardPool("tests.integration.toy_rewards:digit_fraction", 1), 0)
+    data = DataStream(cfg.data, cfg.rollout.prompts_per_step, seed=0)
+    source = CompletionRolloutSource(rollout, RewardPool("tests.integration.toy_rewards:digit_fraction", 1), 0)
     version = int(rollout.clients[0].get_weight_version())
-    pipeline = AsyncRollout(cfg, source, rollout)
+    pipeline = RolloutPipeline(cfg, data, source, rollout)
     batches, held = [], 0
     try:
         for step in range(steps):
@@ -73,7 +72,7 @@ def _run(cfg: Config, rollout: RolloutGroup, model_path: str, steps: int, hold: 
     return batches, pipeline.pipeline.buffer, held
 
 
-def _pause_mid_generation(rollout: RolloutGroup, pipeline: AsyncRollout) -> bool:
+def _pause_mid_generation(rollout: RolloutGroup, pipeline: RolloutPipeline) -> bool:
     """Leave the engines paused while one of them holds a response that has sampled tokens and has
     not finished (an engine's `running` requests are exactly those), so the weight update that
     follows interrupts it. Paused, nothing can finish; in between the engines run a few steps at a
@@ -95,7 +94,7 @@ def _set_paused(rollout: RolloutGroup, paused: bool) -> None:
         client.pause_generation() if paused else client.continue_generation()
 
 
-def _batch_ready(pipeline: AsyncRollout, version: int) -> bool:
+def _batch_ready(pipeline: RolloutPipeline, version: int) -> bool:
     """Would a take at `version` find its batch among the groups already finished (which only a
     take removes)?"""
     buffer = pipeline.pipeline.buffer

@@ -66,7 +66,7 @@ def test_resume_replays_what_rollout_had_taken_but_not_trained(tmp_path):
     every_sample = ["logging.rollouts_per_step=16", "run.save_every=1", "run.mode=fully_async",
                     "pipeline.max_staleness=3", "pipeline.window=windowed_fifo"]
     run_dir = _run(tmp_path, "resumed", *every_sample, "run.steps=2")
-    pending = _checkpoint(run_dir, 2)["pending"]
+    pending = _checkpoint(run_dir, 2)["data"]["pending"]
     assert pending, "rollout runs ahead of training, so the checkpoint must hold items in flight"
     before_resume = {item for _, item in _trained_items(run_dir)}
     result = launch(*TINY, f"run.dir={run_dir}", *every_sample, "run.steps=4")
@@ -79,8 +79,8 @@ def test_resume_replays_what_rollout_had_taken_but_not_trained(tmp_path):
     # in the last checkpoint (nothing is dropped at this staleness bound).
     last = _checkpoint(run_dir, 4)
     assert max(scalars(run_dir)["async/dropped_total"].values()) == 0
-    taken = _stream_items(last["prompts"]["index"])
-    assert before_resume | set(after_resume) | set(_items_at(last["pending"])) == set(taken)
+    taken = _stream_items(last["data"]["next_index"][""])
+    assert before_resume | set(after_resume) | set(_items_at(last["data"]["pending"])) == set(taken)
 
 
 def _checkpoint(run_dir, step: int) -> dict:
@@ -94,20 +94,17 @@ def _trained_items(run_dir) -> list[tuple[int, str]]:
 
 def _stream():
     from loongsage.config import DataConfig
-    from loongsage.controller.prompts import PromptStream
-    from loongsage.models import load_tokenizer, resolve_model_path
+    from loongsage.controller.data_stream import DataStream
 
-    return PromptStream(DataConfig(source="synthetic_arithmetic"), load_tokenizer(resolve_model_path("tiny")), seed=0)
+    return DataStream(DataConfig(source="synthetic_arithmetic"), 4, seed=0)
 
 
 def _stream_items(count: int) -> list[str]:
-    return [item["id"] for item in _stream().take_items(count)]
+    stream = _stream()
+    return [stream.take().id for _ in range(count)]
 
 
-def _items_at(positions) -> list[str]:
-    """The item ids at checkpointed stream positions, read the way the controller reads them."""
-    stream, ids = _stream(), []
-    for state, offset in positions:
-        stream.load_state_dict(state)
-        ids.append(stream.take_items(4)[offset]["id"])
-    return ids
+def _items_at(cursors) -> list[str]:
+    """The item ids at checkpointed cursors (source, index), read the way the controller reads them."""
+    stream = _stream()
+    return [stream.sources[source].item_at(index).id for source, index in cursors]

@@ -46,7 +46,9 @@ def test_sync_run_stops_mid_rollout_and_resumes_where_it_stopped(tmp_path):
     # Step 3's rollout (~4 s of scoring) was given up, not waited for.
     assert "step 3/" not in output
     assert stop_s < 15, f"stopping took {stop_s:.1f} s"
-    assert _checkpoint(tmp_path, 2)["prompts"]["index"] == 8, "the stream must be where step 2 left it"
+    data = _checkpoint(tmp_path, 2)["data"]
+    # Where step 2 left the stream: items 0-7 trained, any taken since (step 3's) unsettled.
+    assert sorted(index for _, index in data["pending"]) == list(range(8, data["next_index"][""]))
 
     resumed = launch(*SLOW, f"run.dir={tmp_path}")
     assert resumed.returncode == 0, resumed.stderr[-4000:]
@@ -66,7 +68,7 @@ def test_fully_async_run_keeps_what_was_in_flight(tmp_path):
     assert code == PREEMPTED_EXIT_CODE, output[-4000:]
     stopped_at = int((tmp_path / "checkpoints" / "latest").read_text().strip().removeprefix("step_"))
     assert stopped_at >= 2
-    pending = _checkpoint(tmp_path, stopped_at)["pending"]
+    pending = _checkpoint(tmp_path, stopped_at)["data"]["pending"]
     assert pending, "rollout runs ahead of training: the checkpoint must hold the items in flight"
     before = [item for step, item in _trained_items(tmp_path) if step <= stopped_at]
 
@@ -74,11 +76,12 @@ def test_fully_async_run_keeps_what_was_in_flight(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     after = [item for step, item in _trained_items(tmp_path) if step > stopped_at]
     assert len(before + after) == len(set(before + after)) == 20, "an item was trained twice"
-    assert set(_items_at(pending)) <= set(after) | set(_items_at(_checkpoint(tmp_path, 5)["pending"]))
+    assert set(_items_at(pending)) <= set(after) | set(_items_at(_checkpoint(tmp_path, 5)["data"]["pending"]))
     # Conservation: every item taken from the stream was trained or is pending in the last checkpoint.
     last = _checkpoint(tmp_path, 5)
     assert max(scalars(tmp_path)["async/dropped_total"].values()) == 0
-    assert set(before) | set(after) | set(_items_at(last["pending"])) == set(_stream_items(last["prompts"]["index"]))
+    assert set(before) | set(after) | set(_items_at(last["data"]["pending"])) == \
+        set(_stream_items(last["data"]["next_index"][""]))
 
 
 def test_stop_after_the_warm_start_keeps_its_weights(tmp_path):

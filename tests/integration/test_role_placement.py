@@ -86,7 +86,7 @@ import ray
 from ray.util import placement_group_table
 from loongsage.cluster.actor_placement import place_actors
 from loongsage.config import Config, check
-from loongsage.controller.prompts import Prompt
+from loongsage.controller.data_stream import Item
 from loongsage.controller.rollout import RolloutGroup
 from loongsage.models import resolve_model_path
 from loongsage.training.group import TrainGroup
@@ -125,8 +125,9 @@ def run(cfg):
                 reports = ray.get([handle.gpu_ids.remote() for handle in handles], timeout=300)
                 seen[role] = [{"seat": list(seat.gpus), "share": seat.share, "actor": gpus}
                               for seat, gpus in zip(actors.seats(role), reports)]
-            prompts = [Prompt(item_id=str(i), messages=[], label="", token_ids=[1, 2, 3 + i], text="") for i in range(2)]
-            seen["generated"] = [len(sample.response_ids) for sample in rollout.generate(prompts, step=1, seed=0)]
+            items = [Item("", i, {"id": str(i), "prompt": f"question {i}", "label": ""}) for i in range(2)]
+            seen["generated"] = [len(sample.response_ids) for i, item in enumerate(items)
+                                 for sample in rollout.generate_group(item, i, seed=0)]
             seen["loss"] = trainer.train_step(random_samples(4, 0))["train/loss"]
         finally:
             trainer.shutdown()

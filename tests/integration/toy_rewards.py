@@ -1,24 +1,33 @@
 """Rewards with signal for a random-init model, so tiny runs exercise real gradients."""
+import time
+
+from loongsage.tasks.registry import completion_reward
 
 
+@completion_reward
 def digit_fraction(response: str, label: str) -> float:
     return sum(ch.isdigit() for ch in response) / max(len(response), 1)
 
 
+@completion_reward
 def explode_on_sevens(response: str, label: str) -> float:
     if "7" in response:
         raise RuntimeError("this reward function cannot handle sevens")
     return 1.0
 
 
-def e_fraction(response: str, label: str) -> float:
-    """Varies from response to response of a random model, so every group has an advantage."""
+def _e_fraction(response: str) -> float:
     return response.count("e") / max(len(response), 1)
 
 
+@completion_reward
+def e_fraction(response: str, label: str) -> float:
+    """Varies from response to response of a random model, so every group has an advantage."""
+    return _e_fraction(response)
+
+
+@completion_reward
 def slow_e_fraction(response: str, label: str) -> float:
     """e_fraction after 0.25 s: a rollout phase long enough to be interrupted on purpose."""
-    import time
-
     time.sleep(0.25)
-    return e_fraction(response, label)
+    return _e_fraction(response)

@@ -13,7 +13,7 @@ import pytest
 
 from loongsage.cluster.preemption import PreemptionNotice
 from loongsage.config.store import run_stamp
-from loongsage.controller.interruptible import StepInterrupted, call_interruptibly
+from loongsage.controller.interruptible import InterruptibleCalls, StepInterrupted
 from loongsage.controller.pipeline import FinishedGroup, PipelineBuffer, ThreadedPipeline
 from loongsage.controller.windows import build_window
 
@@ -108,21 +108,22 @@ def test_run_stamp_is_the_job_id_on_slurm_and_the_time_elsewhere():
     assert run_stamp("local", {"SLURM_JOB_ID": "4242"}).replace("-", "").isdigit()
 
 
-def test_call_interruptibly_returns_raises_or_gives_up():
-    assert call_interruptibly(lambda: 7, lambda: False, "seven") == 7
+def test_interruptible_calls_return_raise_or_give_up():
+    calls = InterruptibleCalls("controller")
+    assert calls.call(lambda: 7, lambda: False, "seven") == 7
     with pytest.raises(ZeroDivisionError):
-        call_interruptibly(lambda: 1 / 0, lambda: False, "division")
+        calls.call(lambda: 1 / 0, lambda: False, "division")
     release = threading.Event()
     stop = threading.Event()
     threading.Timer(0.2, stop.set).start()
     started = time.monotonic()
-    with pytest.raises(StepInterrupted) as interrupted:
-        call_interruptibly(lambda: release.wait(30), stop.is_set, "a long rollout")
+    with pytest.raises(StepInterrupted, match="stopped waiting for a long rollout"):
+        calls.call(lambda: release.wait(30), stop.is_set, "a long rollout")
     assert time.monotonic() - started < 5
-    assert interrupted.value.abandoned.is_alive()  # left for shutdown to wait for
+    still_running = calls.close(timeout=0.1)  # left for shutdown to wait for
+    assert still_running is not None and still_running.daemon and "a long rollout" in still_running.name
     release.set()
-    interrupted.value.abandoned.join(5)
-    assert not interrupted.value.abandoned.is_alive()
+    assert calls.close(timeout=5) is None
 
 
 def test_pipeline_take_gives_up_when_asked_and_takes_nothing():

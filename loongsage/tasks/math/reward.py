@@ -47,11 +47,6 @@ def math_reward(response: str, label: str) -> float:
     return 1.0 if answer is not None and answer == _canonical(label) else 0.0
 
 
-def answer_reward(item: dict, result) -> tuple[float, dict]:
-    """An agent episode's reward on a math item: the answer it submitted (or nothing)."""
-    return math_reward(result.answer or "", str(item["label"])), {}
-
-
 def _last_boxed(text: str) -> str | None:
     # One left-to-right pass with a brace stack, slicing only the winner, so the cost
     # stays linear even for thousands of unclosed or deeply nested "\boxed{".

@@ -1,10 +1,14 @@
-"""Rollout that runs beside training (run.mode one_step_off and fully_async).
+"""The rollout pipeline every run.mode runs (its settings per mode: run_modes.py).
 
 A producer thread admits prompt groups whenever the staleness window allows, a pool runs
-them (single completions or agent episodes, through the same rollout source as the
-synchronous loop), and finished groups wait in the pipeline buffer until a training step
-takes them. At each weight update in-flight generation is either interrupted and continued
-with the new weights (partial rollout) or, without partial rollouts, waited for.
+them (single completions or agent episodes, through the run's rollout source), and finished
+groups wait in the pipeline buffer until a training step takes them. At each weight update
+in-flight generation is either interrupted and continued with the new weights (partial
+rollout) or, without partial rollouts, waited for.
+
+Threads: the producer and the group pool are this object's; `close()` stops admitting and
+the producer, `wait_for_groups()` waits for running groups once the engines are stopped (the
+controller's shutdown order says when).
 """
 from __future__ import annotations
 
@@ -13,14 +17,16 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import replace
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
 import torch
 
 from loongsage.algorithms.advantages import informative_groups
 from loongsage.config import Config
+from loongsage.controller.data_stream import DataStream, Item
 from loongsage.controller.pipeline import FinishedGroup, PipelineBuffer, TakeStats, ThreadedPipeline
 from loongsage.controller.rollout import RolloutGroup
+from loongsage.controller.run_modes import pipeline_settings
 from loongsage.controller.windows import build_window
 from loongsage.sample import Sample
 
@@ -29,24 +35,23 @@ log = logging.getLogger(__name__)
 ROLLOUT_GROUP_THREAD = "rollout-group"  # name prefix of the threads that run groups
 
 
-class GroupSource(Protocol):
-    prompts: Any  # the prompt stream: state_dict() / load_state_dict()
+class RolloutSource(Protocol):
+    """What turns one data item into its group of scored samples (single completions or agent
+    episodes); `index` counts groups over the run from 0 and seeds and names the group."""
 
-    def take_items(self, count: int) -> list[Any]: ...
+    def rollout_group(self, index: int, item: Item) -> list[Sample]: ...
 
-    def rollout_group(self, index: int, item: Any) -> list[Sample]: ...
-
-
-Position = tuple[dict, int]  # (prompt-stream state before a batch of items was taken, offset in it)
+    def close(self) -> None: ...
 
 
-class AsyncRollout:
-    """`pending` (from a checkpoint): positions of items that were taken from the prompt stream but
-    not trained when it was written; they run first, so a resumed run loses none and repeats none."""
+class RolloutPipeline:
+    """Takes items from `data` (which replays a checkpoint's unsettled items first) and settles
+    each once it is trained or dropped, so `data.state_dict()` is the whole data position."""
 
-    def __init__(self, cfg: Config, source: GroupSource, rollout: RolloutGroup, first_index: int = 0,
-                 pending: list[Position] | None = None):
+    def __init__(self, cfg: Config, data: DataStream, source: RolloutSource, rollout: RolloutGroup | None,
+                 first_index: int = 0):
         self.cfg = pipeline_settings(cfg)
+        self.data = data
         self.source = source
         self.rollout = rollout
         self.batch_size = cfg.rollout.prompts_per_step
@@ -54,10 +59,8 @@ class AsyncRollout:
         buffer = PipelineBuffer(build_window(self.cfg.window, self.batch_size, self.cfg.max_staleness), max_inflight)
         buffer.next_index = first_index  # seeds and ids continue across a resume
         self.pipeline = ThreadedPipeline(buffer)
-        self._lock = threading.Lock()  # the prompt stream and the positions below
-        self._replay: list[Position] = [tuple(p) for p in pending or []]
-        self._taken: list[tuple[Position, Any]] = []  # items taken from the stream, not yet started
-        self._positions: dict[int, Position] = {}  # started and not yet trained or dropped
+        self._lock = threading.Lock()  # the items below
+        self._items: dict[int, Item] = {}  # started and not yet trained or dropped, by group index
         self._pool = ThreadPoolExecutor(max_inflight, thread_name_prefix=ROLLOUT_GROUP_THREAD)
         self._running: set[Future] = set()
         self._producer = threading.Thread(target=self._produce, name="rollout-producer", daemon=True)
@@ -66,22 +69,13 @@ class AsyncRollout:
     def take(self, version: int, stop: Callable[[], bool] = lambda: False) -> tuple[list[Sample], dict[str, float]]:
         """The next training batch for weights at `version` (blocks until it is ready), and the
         pipeline's metrics for this step. Once `stop()` is true the wait ends with StepInterrupted
-        and every item stays pending (in `checkpoint_state`)."""
+        and every item stays unsettled (in the data stream's checkpoint state)."""
         groups, stats, _ = self.pipeline.take(version, self.cfg.batch_timeout_s, stop)
-        with self._lock:
-            for index in [*(group.index for group in groups), *stats.dropped]:
-                self._positions.pop(index, None)
+        self._settle([*(group.index for group in groups), *stats.dropped])
         samples = [sample for group in groups for sample in group.payload]
         if self.cfg.mask_stale_tokens:
             samples = [mask_stale_tokens(sample) for sample in samples]
         return samples, self._metrics(samples, stats, version)
-
-    def checkpoint_state(self) -> dict:
-        """The prompt stream's position and every item taken from it but not yet trained."""
-        with self._lock:
-            started = [position for _, position in sorted(self._positions.items())]
-            pending = [*self._replay, *started, *(position for position, _ in self._taken)]
-            return {"prompts": self.source.prompts.state_dict(), "pending": [[state, offset] for state, offset in pending]}
 
     def update_weights(self, push: Callable[[], None]) -> None:
         """Run `push` (which loads new weights into the engines) at a safe point for generation,
@@ -109,9 +103,9 @@ class AsyncRollout:
     def _produce(self) -> None:
         while (index := self.pipeline.start()) is not None:
             try:
+                item = self.data.take()
                 with self._lock:
-                    position, item = self._next_item()
-                    self._positions[index] = position
+                    self._items[index] = item
                 future = self._pool.submit(self._run_group, index, item)
                 self._running.add(future)
                 future.add_done_callback(self._running.discard)
@@ -120,31 +114,17 @@ class AsyncRollout:
                 self.pipeline.fail(exc)
                 return
 
-    def _next_item(self) -> tuple[Position, Any]:
-        if self._replay:
-            position = self._replay.pop(0)
-            return position, self._item_at(position)
-        if not self._taken:
-            # Whole batches at a time, as the synchronous loop takes them: the same prompts in
-            # the same order, and a data mix's proportions held in every batch of items.
-            before = self.source.prompts.state_dict()
-            self._taken = [((before, offset), item) for offset, item in enumerate(self.source.take_items(self.batch_size))]
-        return self._taken.pop(0)
+    def _settle(self, indices: list[int]) -> None:
+        with self._lock:
+            items = [self._items.pop(index) for index in indices if index in self._items]
+        for item in items:
+            self.data.settle(item)
 
-    def _item_at(self, position: Position) -> Any:
-        state, offset = position
-        now = self.source.prompts.state_dict()
-        self.source.prompts.load_state_dict(state)
-        try:
-            return self.source.take_items(self.batch_size)[offset]
-        finally:
-            self.source.prompts.load_state_dict(now)
-
-    def _run_group(self, index: int, item: Any) -> None:
+    def _run_group(self, index: int, item: Item) -> None:
         try:
             samples = self.source.rollout_group(index, item)
             if not samples:
-                raise RuntimeError(f"rollout group {index} produced no samples")
+                raise RuntimeError(f"rollout group {index} (item {item.id}) produced no samples")
             oldest, newest = _version_span(samples)
         except Exception as exc:  # reported to the trainer, which stops the run with it
             if not self.pipeline.closed:  # once closed, the engines going away is what ended it
@@ -153,8 +133,7 @@ class AsyncRollout:
             return
         keep = not self.cfg.filter_zero_variance or _informative(samples)
         if not keep:
-            with self._lock:
-                self._positions.pop(index, None)
+            self._settle([index])
         self.pipeline.finish(FinishedGroup(index, oldest, newest, samples, len(samples)), keep)
 
     def _metrics(self, samples: list[Sample], stats: TakeStats, version: int) -> dict[str, float]:
@@ -196,15 +175,3 @@ def _version_span(samples: list[Sample]) -> tuple[int, int]:
 def _informative(samples: list[Sample]) -> bool:
     rewards = torch.tensor([s.reward for s in samples], dtype=torch.float32)
     return bool(informative_groups(rewards, torch.zeros(len(samples), dtype=torch.long)).any())
-
-
-def pipeline_settings(cfg: Config):
-    """The pipeline as each mode runs it. one_step_off: the batch trained at step k was generated
-    by the weights of step k - 1, and the update waits for generation to finish, so every
-    response comes from one version. sync (only with pipeline.filter_zero_variance): the
-    synchronous schedule (a window of 0 versions), with rollout going on until a batch of
-    informative groups is ready."""
-    if cfg.run.mode == "fully_async":
-        return cfg.pipeline
-    staleness = 1 if cfg.run.mode == "one_step_off" else 0
-    return replace(cfg.pipeline, window="window_gated", max_staleness=staleness, partial_rollout=False)
