@@ -10,12 +10,14 @@ from omegaconf import DictConfig
 
 from loongsage.cluster.ray_token import ensure_ray_token
 from loongsage.config import ConfigError, register, to_config
+from loongsage.logs import setup_logging
 
 register()
 
 
 @hydra.main(version_base=None, config_path="recipes", config_name="config")
 def main(cfg: DictConfig) -> None:
+    setup_logging()  # here, not at import: Hydra has just applied job_logging, which would reset it
     # Inside a Slurm job the Ray this run starts takes a per-job token; Ray reads it when it is
     # first imported, so it is chosen before anything imports Ray (here or in a submitit job).
     ensure_ray_token()

@@ -6,6 +6,8 @@ import os
 import pytest
 from hypothesis import settings
 
+from loongsage.logs import setup_logging
+
 # Tests share 2 cores with each other's actors; one thread each keeps them from thrashing.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
@@ -13,6 +15,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 # can be descheduled that long. No property test here is about speed.
 settings.register_profile("loongsage", deadline=None)
 settings.load_profile("loongsage")
+
+# As the entry points do: tests that call the framework in-process see its messages where a
+# run prints them (capsys reads the current sys.stdout, which the handlers follow).
+setup_logging()
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import yaml
 
+from loongsage.logs import setup_logging
 from validate.band import compare, make_band
 from validate.plot import plot_run_vs_band
 from validate.scalars import read_scalar
@@ -97,4 +98,5 @@ def _record(args, config: dict, runs: list[dict[int, float]]) -> int:
 
 
 if __name__ == "__main__":
+    setup_logging(results_on_stdout=True)  # stdout is the verdict
     sys.exit(main())

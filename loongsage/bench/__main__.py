@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from loongsage.logs import setup_logging
+
 BENCHMARKS = {
     "engine": "embedded engine vs transformers generate",
     "train": "trainer vs a plain HF training loop",
@@ -24,4 +26,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    setup_logging(results_on_stdout=True)  # stdout is the benchmark's table and ratio
     sys.exit(main(sys.argv[1:]))

@@ -27,6 +27,7 @@ the loop time falls by as much as the hidden waiting exceeds that, which the ste
 from __future__ import annotations
 
 import argparse
+import logging
 import statistics
 import subprocess
 import sys
@@ -34,6 +35,8 @@ import tempfile
 from pathlib import Path
 
 from loongsage.bench.repeat import add_repeats_argument, interleaved, pair_ratios, ratio_line, runs_note
+
+log = logging.getLogger(__name__)
 
 WORKLOAD = "loongsage.bench.async_workload"
 
@@ -97,7 +100,7 @@ def _run(args: argparse.Namespace, run_dir: Path, mode: list[str]) -> dict[str, 
         f"data.source={WORKLOAD}:latency_tasks", f"+data.options.turns={args.turns}",
         f"data.reward={WORKLOAD}:e_fraction_reward", "data.system_prompt=null", "logging.progress=false", *mode,
     ]
-    print(f"[bench async] running {run_dir.name} ({mode[0]})", file=sys.stderr, flush=True)
+    log.info("bench async: running %s (%s)", run_dir.name, mode[0])
     result = subprocess.run([sys.executable, "launch.py", *overrides], cwd=Path(__file__).resolve().parents[2],
                             capture_output=True, text=True)
     if result.returncode != 0:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from loongsage.cluster.container import check_container, command_prefix, srun_options
 from loongsage.config.schema import ContainerConfig
+from loongsage.logs import setup_logging
 
 PORTS_PER_JOB = 200  # the named ports below, then Ray's worker ports
 FIRST_PORT = 10000
@@ -319,4 +320,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    setup_logging(results_on_stdout=True)  # stdout is the line saying what registered
     raise SystemExit(main())

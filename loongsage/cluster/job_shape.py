@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from loongsage.cluster.container import command_prefix, srun_options
+from loongsage.logs import setup_logging
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
@@ -77,7 +78,7 @@ def main(argv: list[str]) -> int:
         try:
             words = controller_words(cluster, os.getcwd(), os.environ)
         except ValueError as error:
-            print(f"loongsage: {error}", file=sys.stderr)
+            print(f"loongsage: {error}", file=sys.stderr)  # the command's answer to bad input, like argparse's
             return 2
         print("\n".join(words))
         return 0
@@ -87,4 +88,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    setup_logging(results_on_stdout=True)  # the sbatch template reads stdout with $(...)
     sys.exit(main(sys.argv[1:]))

@@ -13,6 +13,7 @@ same command with the same run.dir to go on.
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -21,6 +22,8 @@ import time
 from contextlib import contextmanager
 
 WARNING_SIGNAL = signal.SIGUSR2  # submitit's and our sbatch template's `--signal=USR2@...`
+
+log = logging.getLogger(__name__)
 
 
 class PreemptionNotice:
@@ -67,28 +70,24 @@ class PreemptionNotice:
         if callable(self._previous):
             # submitit's checkpoint_and_try_requeue: it records the resubmission and requeues,
             # then raises SystemExit; it decides whether another timeout is allowed (max_num_timeout).
-            _say(f"submitit requeues job {job_id} (the requeued job runs the same call again)")
+            log.info("submitit requeues job %s (the requeued job runs the same call again)", job_id)
             self._previous(self.signum, None)
             return
         if not job_id:
-            _say("not a Slurm job: stopped; run the same command again to resume")
+            log.info("not a Slurm job: stopped; run the same command again to resume")
             return
         restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
         if restarts >= max_requeues:
-            _say(f"not requeued: job {job_id} has been requeued {restarts} times (cluster.max_requeues={max_requeues}); "
-                 f"submit it again with the same run.dir to go on")
+            log.info("not requeued: job %s has been requeued %d times (cluster.max_requeues=%d); "
+                     "submit it again with the same run.dir to go on", job_id, restarts, max_requeues)
             return
         done = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
-            _say(f"`scontrol requeue {job_id}` failed ({done.stderr.strip() or done.returncode}); "
-                 f"submit the job again with the same run.dir to resume")
+            log.info("`scontrol requeue %s` failed (%s); submit the job again with the same run.dir to resume",
+                     job_id, done.stderr.strip() or done.returncode)
             return
-        _say(f"requeued Slurm job {job_id}")
+        log.info("requeued Slurm job %s", job_id)
 
     def _on_signal(self, signum, frame) -> None:
         if self.received_at is None:
             self.received_at = time.monotonic()
-
-
-def _say(message: str) -> None:
-    print(f"[loongsage] {message}", flush=True)

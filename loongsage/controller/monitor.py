@@ -30,6 +30,8 @@ class Monitor:
         self.scalars(step, metrics)
         self._write_rollouts(step, samples)
         if self.cfg.progress:
+            # Not a log record: the run's terminal display (logging.progress turns it off), bare,
+            # on stderr beside the warm start's, so that stdout holds the run's [loongsage] story.
             print(self._progress_line(step, metrics), file=sys.stderr, flush=True)
 
     def start_clock(self) -> None:

@@ -9,6 +9,7 @@ Shutdown order, the one place it is written (each step needs the ones after it s
 """
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 import sys
@@ -29,6 +30,8 @@ FAILED_EXIT_CODE = 1
 # A run refused before its first step (its sandboxes cannot grade): nothing trained.
 REFUSED_EXIT_CODE = 2
 
+log = logging.getLogger(__name__)
+
 
 def run(cfg: Config) -> Path | None:
     """The run dir, or None in a Slurm task that is not the job's first."""
@@ -36,13 +39,12 @@ def run(cfg: Config) -> Path | None:
     if cfg.cluster.name == "slurm" and task != 0:
         # submitit starts one task per node; the first runs the controller and starts Ray on the
         # other nodes itself.
-        print(f"[loongsage] Slurm task {task}: task 0 runs the controller and starts Ray on this node; "
-              f"nothing to do here", flush=True)
+        log.info("Slurm task %d: task 0 runs the controller and starts Ray on this node; nothing to do here", task)
         return None
     run_dir = Path(cfg.run.dir).expanduser().resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
-    print(f"[loongsage] run dir: {run_dir}", flush=True)
+    log.info("run dir: %s", run_dir)
     stop = RunStop()
     with stop.ignored_by_children():
         slurm_ray = _init_ray(cfg)
@@ -66,15 +68,16 @@ def run(cfg: Config) -> Path | None:
             slurm_ray.stop()
         leftovers = stop.kill_leftover_processes()
         if leftovers:
-            print(f"[loongsage] killed {len(leftovers)} process(es) still running after Ray's shutdown: "
-                  f"{', '.join(leftovers)}", flush=True)
+            # Routine (Ray's agents can outlive its shutdown), so not a warning: said, not alarmed.
+            log.info("killed %d process(es) still running after Ray's shutdown: %s", len(leftovers), ", ".join(leftovers))
         stop.close()
     if isinstance(failure, PreflightError):
-        print(f"[loongsage] {failure}\n[loongsage] nothing was trained; fix that, then run the same command again",
-              file=sys.stderr, flush=True)
+        log.error("%s", failure)
+        log.error("nothing was trained; fix that, then run the same command again")
         raise SystemExit(REFUSED_EXIT_CODE)
     if failure is not None:
-        print(f"[loongsage] {failure}\n[loongsage] to go on: {resume_command(run_dir)}", file=sys.stderr, flush=True)
+        log.error("%s", failure)
+        log.error("to go on: %s", resume_command(run_dir))
         raise SystemExit(FAILED_EXIT_CODE)
     if not finished:
         _say_how_to_go_on(cfg, stop, run_dir)
@@ -89,13 +92,12 @@ def resume_command(run_dir: Path) -> str:
 
 def _say_how_to_go_on(cfg: Config, stop: RunStop, run_dir: Path) -> None:
     if stop.preemption.requested and stop.signum is None:
-        print(f"[loongsage] stopped on {stop.reason}, {stop.seconds_since():.1f} s after it "
-              f"(Slurm allows cluster.signal_delay_s={cfg.cluster.signal_delay_s}); the run goes on from {run_dir}",
-              flush=True)
+        log.info("stopped on %s, %.1f s after it (Slurm allows cluster.signal_delay_s=%s); the run goes on from %s",
+                 stop.reason, stop.seconds_since(), cfg.cluster.signal_delay_s, run_dir)
         stop.preemption.requeue(cfg.cluster.max_requeues)
         raise SystemExit(PREEMPTED_EXIT_CODE)
-    print(f"[loongsage] stopped on {stop.reason}, {stop.seconds_since():.1f} s after it; to go on: "
-          f"{resume_command(run_dir)}", file=sys.stderr, flush=True)
+    # A stop someone asked for: status, like the preempted one above, not a warning.
+    log.info("stopped on %s, %.1f s after it; to go on: %s", stop.reason, stop.seconds_since(), resume_command(run_dir))
     raise SystemExit(128 + stop.signum)
 
 
@@ -113,7 +115,7 @@ def _init_ray(cfg: Config):
         allocation = allocation_from_env()
         check_allocation(allocation, cfg.cluster)
         cluster = start_ray(allocation, cfg.cluster.ray_timeout_s, container=cfg.cluster.container)
-        print(f"[loongsage] ray up on {len(allocation.nodes)} node(s) of job {allocation.job_id}: {cluster.address}", flush=True)
+        log.info("ray up on %d node(s) of job %s: %s", len(allocation.nodes), allocation.job_id, cluster.address)
         return cluster
     if cfg.run.ray_address:
         ray.init(address=cfg.run.ray_address)

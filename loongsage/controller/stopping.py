@@ -16,6 +16,7 @@ the person has stopped waiting, so the handler kills the run's process tree and 
 """
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -29,6 +30,8 @@ from loongsage.cluster.preemption import PreemptionNotice
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 KILL_WAIT_S = 3.0  # for processes sent SIGTERM to end before they get SIGKILL
+
+log = logging.getLogger(__name__)
 
 
 class RunStop:
@@ -103,12 +106,14 @@ class RunStop:
             self.signum = signum
             self.received_at = time.monotonic()
             hint = "stopping within seconds" if signum == signal.SIGINT else "stopping after the step in progress"
-            _say(f"{self.reason} received: {hint}; press Ctrl-C again to exit at once")
+            # Said from the handler: the person needs it now. Logging's handler lock is reentrant and
+            # handlers run on the main thread, so this cannot deadlock on a record being written.
+            log.info("%s received: %s; press Ctrl-C again to exit at once", self.reason, hint)
             return
         self._exit_now(signum)
 
     def _exit_now(self, signum: int) -> None:
-        _say(f"{signal.Signals(signum).name} again: exiting now; the run dir keeps its last complete checkpoint")
+        log.info("%s again: exiting now; the run dir keeps its last complete checkpoint", signal.Signals(signum).name)
         for stop_signal in STOP_SIGNALS:
             signal.signal(stop_signal, signal.SIG_IGN)  # a third press must not interrupt the kill
         _terminate(self._started_by_run(), wait_s=0.5)
@@ -144,7 +149,3 @@ def _describe(process: psutil.Process) -> str:
         return f"{process.pid} ({process.name()})"
     except psutil.Error:
         return str(process.pid)
-
-
-def _say(message: str) -> None:
-    print(f"[loongsage] {message}", file=sys.stderr, flush=True)

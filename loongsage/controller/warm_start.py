@@ -35,6 +35,7 @@ def warm_start(samples: list[Sample], cfg: WarmStartConfig, step_fn: SupervisedS
             metrics = step_fn(order[start:start + cfg.batch_size], cfg.lr)
             log(update, metrics)
             elapsed = time.perf_counter() - started
+            # Not a log record: the warm start's progress display, like the RL steps' (monitor.py).
             print(f"warm start {update}/{updates} (epoch {epoch + 1}/{cfg.epochs}) | nll {metrics['train/loss']:.4f}"
                   f" | ETA {elapsed / update * (updates - update):.0f}s", file=sys.stderr, flush=True)
     return metrics

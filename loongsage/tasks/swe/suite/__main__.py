@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
+from loongsage.logs import setup_logging
 from loongsage.tasks.swe.bundled import BUNDLED_TASKS_PATH
 from loongsage.tasks.swe.suite import write_suite
 
@@ -19,4 +20,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    setup_logging(results_on_stdout=True)  # stdout is the one line saying what was written
     raise SystemExit(main())
