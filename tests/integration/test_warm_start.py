@@ -13,7 +13,8 @@ from loongsage.models import load_tokenizer
 from loongsage.tasks.swe.source import swe_synth
 from tests.integration.router_support import ScriptedEngine, start_router
 
-OPTIONS = {"tools": ["str_replace"], "max_turns": 3, "max_tokens": 96, "system_prompt": "Fix the bug."}
+OPTIONS = {"tools": ["str_replace"], "max_turns": 3, "max_tokens": 96}
+SYSTEM = "Fix the bug."  # data.system_prompt, handed to the agent with each task
 
 
 def _markup(call: dict) -> str:
@@ -37,10 +38,10 @@ def test_demonstration_is_recorded_exactly_as_a_rollout_of_the_same_calls(tiny_m
         for call in calls:
             engine.say(_markup(call))
         with create_sandbox(item["task"].files) as sandbox:
-            rolled = agent.run(AgentTask(item["id"], item["prompt"], sandbox),
+            rolled = agent.run(AgentTask(item["id"], item["prompt"], sandbox, system_prompt=SYSTEM),
                                Endpoint(router.url_for("rollout"), router.router.api_key, "tiny"))
         with create_sandbox(item["task"].files) as sandbox:
-            body = agent.demonstration(AgentTask(item["id"], item["prompt"], sandbox), calls)
+            body = agent.demonstration(AgentTask(item["id"], item["prompt"], sandbox, system_prompt=SYSTEM), calls)
             replayed_patch = sandbox.diff()
         (rollout,) = to_samples(router.router.store.pop("rollout"))
         (demo,) = to_samples(router.router.demonstrate("demo", body))
@@ -53,7 +54,9 @@ def test_demonstration_is_recorded_exactly_as_a_rollout_of_the_same_calls(tiny_m
     assert demo.response_ids == rollout.response_ids
     assert demo.loss_mask == rollout.loss_mask and 0 in demo.loss_mask
     assert router.router.store.get("demo") is None  # demonstrations are not rollouts to collect
-    assert all("top_k" not in request["sampling_params"] for request in engine.requests)
+    assert body["messages"][0] == {"role": "system", "content": SYSTEM}
+    # No top_k option: the run's (RouterConfig.sampling, here its default -1 = off) is sampled with.
+    assert all(request["sampling_params"]["top_k"] == -1 for request in engine.requests)
 
 
 def test_tool_agent_top_k_reaches_the_engine(tiny_model_path, tokenizer):

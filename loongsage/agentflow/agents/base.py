@@ -18,6 +18,9 @@ class AgentTask:
     prompt: str  # the problem statement / instruction the agent starts from
     sandbox: Sandbox | None = None  # where the agent's commands run, when the task has a workspace
     metadata: dict[str, Any] = field(default_factory=dict)
+    # data.system_prompt (or the item's data.mix[i].system_prompt): the run's one place for it.
+    # None: the agent's own default (the tool agent's built-in prompt; none for the chat agent).
+    system_prompt: str | None = None
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,16 @@ from pathlib import Path
 from loongsage.agentflow.agents.base import AgentResult, AgentTask, Endpoint
 from loongsage.agentflow.agents.tools import truncate_middle
 
-PLACEHOLDERS = ("base_url", "api_key", "model", "workdir", "prompt", "prompt_file", "instance_id", "sandbox", "scratch")
+PLACEHOLDERS = ("base_url", "api_key", "model", "workdir", "prompt", "prompt_file", "instance_id", "sandbox", "scratch",
+                "system_prompt")
 
 
 @dataclass(frozen=True)
 class BlackBoxConfig:
     # argv with {placeholders}: base_url, api_key, model, workdir (the tree's host path), prompt,
-    # prompt_file, instance_id, sandbox (JSON handle for `attach_sandbox`), scratch (a private temp dir)
+    # prompt_file, instance_id, sandbox (JSON handle for `attach_sandbox`), scratch (a private temp dir),
+    # system_prompt (data.system_prompt; "" when unset), for a program that accepts one. Sampling
+    # settings are not passed: the router applies the run's rollout.* to whatever the program leaves unset.
     command: tuple[str, ...] = ()
     timeout_s: float = 600.0
     env: dict[str, str] = field(default_factory=dict)
@@ -49,7 +52,7 @@ class BlackBoxAgent:
                       "workdir": str(task.sandbox.root) if task.sandbox is not None else scratch,
                       "prompt": task.prompt, "prompt_file": str(prompt_file), "instance_id": task.instance_id,
                       "sandbox": json.dumps(task.sandbox.handle()) if task.sandbox is not None else "null",
-                      "scratch": scratch}
+                      "scratch": scratch, "system_prompt": task.system_prompt or ""}
             argv = [_fill(arg, values) for arg in self.config.command]
             env = {**os.environ, **self.config.env,
                    "OPENAI_BASE_URL": endpoint.base_url, "OPENAI_API_KEY": endpoint.api_key,

@@ -24,7 +24,12 @@ def mini_swe_agent(step_limit: int = 10, max_tokens: int | None = None, config: 
                    timeout_s: float = 900.0, command_timeout_s: int = 60,
                    extra_config: tuple[str, ...] = ()) -> BlackBoxAgent:
     """A BlackBoxAgent running the `mini` CLI non-interactively against the trajectory's URL.
-    `extra_config`: more of mini-swe-agent's own `--config key=value` specs."""
+    `extra_config`: more of mini-swe-agent's own `--config key=value` specs.
+
+    data.system_prompt is not passed: mini-swe-agent's system prompt is a Jinja template in its
+    own `config` (agent.system_template), written for its bash-block protocol, and replacing it
+    with plain text would break that protocol; set it there. Sampling: `max_tokens` is an
+    override; unset, the router applies rollout.max_new_tokens (and rollout.temperature, ...)."""
     if max_tokens is not None:
         extra_config = (f"model.model_kwargs.max_tokens={max_tokens}", *extra_config)
     # Beside this interpreter first: a venv's scripts are often not on PATH.

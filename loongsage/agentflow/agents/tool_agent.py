@@ -12,8 +12,10 @@ from dataclasses import dataclass
 import openai
 
 from loongsage.agentflow.agents.base import AgentResult, AgentTask, Endpoint
+from loongsage.agentflow.agents.sampling import request_sampling
 from loongsage.agentflow.agents.tools import TOOL_NAMES, TOOL_SCHEMAS, run_tool, truncate_middle
 
+# When the task brings none (data.system_prompt unset).
 DEFAULT_SYSTEM_PROMPT = (
     "You fix bugs in a Python repository. Use the tools to look at files, edit them and run the tests. "
     "Call submit when the bug is fixed."
@@ -24,12 +26,14 @@ DEFAULT_SYSTEM_PROMPT = (
 class ToolAgentConfig:
     max_turns: int = 8  # model calls per episode
     context_budget: int = 4096  # prompt + completion tokens a turn may reach
-    max_tokens: int = 256  # completion tokens per turn
     max_tool_output_chars: int = 2000  # longer tool results keep their head and tail
     command_timeout_s: float = 30.0
-    temperature: float = 1.0
-    top_k: int = -1  # > 0: sample from the k likeliest tokens (vLLM/SGLang extension, sent as extra_body)
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    # Sampling overrides. None: not sent, so the router applies the run's rollout.temperature /
+    # top_p / top_k / max_new_tokens. The system prompt is the task's (data.system_prompt).
+    max_tokens: int | None = None  # completion tokens per turn
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None  # sent as extra_body (vLLM/SGLang extension); -1: off
     request_timeout_s: float = 600.0
     tools: tuple[str, ...] = TOOL_NAMES  # the tools the model is offered (submit is always among them)
 
@@ -56,14 +60,13 @@ class ToolAgent:
                 result.turns = turn + 1
                 response = client.chat.completions.create(
                     model=endpoint.model, messages=messages, tools=self.tool_schemas,
-                    max_tokens=cfg.max_tokens, temperature=cfg.temperature,
-                    extra_body={"top_k": cfg.top_k} if cfg.top_k > 0 else None)
+                    **request_sampling(cfg.max_tokens, cfg.temperature, cfg.top_p, cfg.top_k))
                 message = response.choices[0].message
                 messages.append(_assistant_message(message))
                 result.log.append(_summary(message))
                 if self._finished(message, messages, task, result):
                     break
-                if response.usage is not None and response.usage.total_tokens + cfg.max_tokens > cfg.context_budget:
+                if response.usage is not None and self._out_of_budget(response.usage.total_tokens):
                     result.exit_status = "context_exhausted"
                     break
         except openai.OpenAIError as exc:
@@ -90,8 +93,18 @@ class ToolAgent:
                              "content": truncate_middle(outcome.text, self.config.max_tool_output_chars)})
         return {"messages": messages, "tools": self.tool_schemas}
 
+    def _out_of_budget(self, total_tokens: int) -> bool:
+        """Whether the next turn cannot fit in context_budget, judged by this turn's prompt + reply
+        (the next prompt holds them all). With its own max_tokens the agent keeps room for a whole
+        reply. Without one the reply's length is the run's rollout.max_new_tokens, which the router
+        applies (clipped to the model's context) and the agent is not told: it keeps room for one
+        token, i.e. stops once the budget is spent."""
+        reserve = self.config.max_tokens if self.config.max_tokens is not None else 1
+        return total_tokens + reserve > self.config.context_budget
+
     def _opening(self, task: AgentTask) -> list[dict]:
-        return [{"role": "system", "content": self.config.system_prompt}, {"role": "user", "content": task.prompt}]
+        system = task.system_prompt if task.system_prompt is not None else DEFAULT_SYSTEM_PROMPT
+        return [{"role": "system", "content": system}, {"role": "user", "content": task.prompt}]
 
     def _finished(self, message, messages: list[dict], task: AgentTask, result: AgentResult) -> bool:
         """Runs the turn's tool calls (appending their results); True once the agent submitted."""

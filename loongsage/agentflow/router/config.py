@@ -1,7 +1,9 @@
 """Router settings."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from loongsage.sampling import SamplingDefaults
 
 DEFAULT_MAX_BODY_BYTES = 16 * 2**20
 
@@ -19,6 +21,9 @@ class RouterConfig:
     max_context: int | None = None  # prompt + output tokens; None: asked of the engine
     request_timeout_s: float = 600.0
     max_resumes: int = 8  # an aborted generation (weight update) is continued this many times at most
+    # The run's rollout.temperature/top_p/top_k/max_new_tokens: what a request that leaves one of
+    # them unset is sampled with, so black-box agents sample as the run says too.
+    sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
 
     def __post_init__(self):
         if isinstance(self.engine_urls, str):

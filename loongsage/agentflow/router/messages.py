@@ -39,7 +39,8 @@ class Message:
 
 @dataclass(frozen=True)
 class Sampling:
-    """What the request asks of the sampler; None leaves the engine's default."""
+    """What the request asks of the sampler. None: the run's value (RouterConfig.sampling) for
+    max_tokens, temperature, top_p and top_k; the engine's default for the rest."""
 
     max_tokens: int | None = None
     temperature: float | None = None

@@ -5,7 +5,8 @@ string or text parts), `tools` of type function, `tool_choice` ("none" turns too
 off; "required" and named choices are accepted but cannot be enforced: decoding is not
 constrained), `max_tokens`/`max_completion_tokens`, `temperature`, `top_p`, `top_k`,
 `stop`, `seed`, `ignore_eos` (the vLLM/SGLang extension), `logprobs`, `stream` with
-`stream_options.include_usage`.
+`stream_options.include_usage`. A request that leaves max_tokens, temperature, top_p or top_k
+unset is sampled with the run's value (RouterConfig.sampling, applied in service.py).
 
 Refused with 400 rather than silently ignored, because dropping them would change what is
 sampled: `n` > 1, non-zero penalties, `logit_bias`, `top_logprobs`, a `response_format`

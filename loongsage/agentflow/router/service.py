@@ -12,7 +12,7 @@ from loongsage.agentflow.router.config import RouterConfig
 from loongsage.agentflow.router.engines import EnginePool
 from loongsage.agentflow.router.errors import RouterError, bad_request
 from loongsage.agentflow.router.keys import Keys
-from loongsage.agentflow.router.messages import ChatRequest, TurnResult
+from loongsage.agentflow.router.messages import ChatRequest, Sampling, TurnResult
 from loongsage.agentflow.router.openai_api import parse_chat_completion
 from loongsage.agentflow.router.store import TrajectoryStore
 from loongsage.agentflow.router.trajectory import Trajectory, Turn
@@ -21,6 +21,7 @@ from loongsage.inference.activity import ActivityMeter
 from loongsage.inference.client import EngineClient, EngineError
 from loongsage.inference.resumable import UNVERSIONED, Generation, generate_resumable
 from loongsage.models import load_tokenizer, resolve_model_path
+from loongsage.sampling import SamplingDefaults
 
 class Router:
     """Tokenizer, chat format, engines and the trajectory store; `store.pop(id)` hands a finished
@@ -54,7 +55,8 @@ class Router:
         plan = trajectory.plan(rendered, attempt, self._tokenize)
         async with self.engines.engine_for(trajectory_id) as engine:
             max_new_tokens = await self._max_new_tokens(engine, len(plan.prompt_ids), request.sampling.max_tokens)
-            generation = await self._generate(engine, plan.prompt_ids, _sampling_params(request), max_new_tokens)
+            params = _sampling_params(request.sampling, self.cfg.sampling)
+            generation = await self._generate(engine, plan.prompt_ids, params, max_new_tokens)
         if generation.finish.get("type") == "abort" and not generation.output_ids:
             # Aborted on every resume before its first token: an answer to pass on would be an empty
             # success the agent cannot tell from a real (empty) reply.
@@ -113,7 +115,9 @@ class Router:
             if room <= 0:
                 raise bad_request(f"the messages take {prompt_tokens} tokens; the context limit is {limit}",
                                   "messages")
-            return room
+            # The run's default is not the agent's ask: near the context limit it shrinks to what
+            # fits instead of failing a request that never named a length.
+            return min(self.cfg.sampling.max_new_tokens, room)
         if asked > room:
             raise bad_request(
                 f"this model's context limit is {limit} tokens: the messages take {prompt_tokens} and "
@@ -143,11 +147,17 @@ class Router:
         return [(self._decode([t]), lp) for t, lp in zip(turn.output_ids, turn.output_logprobs)]
 
 
-def _sampling_params(request: ChatRequest) -> dict:
-    s = request.sampling
-    params = {"temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k, "sampling_seed": s.seed,
+def _sampling_params(s: Sampling, run: SamplingDefaults) -> dict:
+    """The engine's sampling params: what the request set, else the run's sampling block (one
+    block for single completions and agent episodes alike, white-box or black-box)."""
+    params = {"temperature": _either(s.temperature, run.temperature), "top_p": _either(s.top_p, run.top_p),
+              "top_k": _either(s.top_k, run.top_k), "sampling_seed": s.seed,
               "stop": list(s.stop) or None, "ignore_eos": s.ignore_eos}
     return {k: v for k, v in params.items() if v is not None}
+
+
+def _either(asked, default):
+    return default if asked is None else asked
 
 
 async def _call_engine(engine: EngineClient, input_ids: list[int], params: dict, rid: str) -> dict:
