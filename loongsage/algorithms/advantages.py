@@ -1,12 +1,16 @@
-"""Group-relative advantages (GRPO).
+"""Group-relative advantages (GRPO), and the registry `algorithm.advantage` chooses from.
 
 Samples of one prompt sit next to each other: rewards[k*group_size:(k+1)*group_size]
 is group k. Pure tensor code; the controller decides what a group is.
 """
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 from torch import Tensor
+
+from loongsage.registry import Registry
 
 
 def grpo_advantages(
@@ -37,6 +41,23 @@ def grouped_advantages(rewards: Tensor, group_ids: Tensor, normalize_std: bool =
         group_rewards = rewards[members].float()
         advantages[members] = grpo_advantages(group_rewards, group_rewards.numel(), normalize_std, eps)
     return advantages
+
+
+class AdvantageEstimator(Protocol):
+    """What `algorithm.advantage` names: per-sample advantages from per-sample rewards and the
+    id of each sample's group. rewards, group_ids: [N] -> float [N]; groups may be interleaved
+    and of different sizes. The controller calls it as `estimator(rewards, group_ids, normalize_std=...)`."""
+
+    def __call__(self, rewards: Tensor, group_ids: Tensor, normalize_std: bool) -> Tensor: ...
+
+
+ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
+ADVANTAGE_ESTIMATORS.register("grpo", grouped_advantages)
+
+
+def get_advantage(name_or_path: str) -> AdvantageEstimator:
+    """The estimator `algorithm.advantage` names: a registered name or "package.module:function"."""
+    return ADVANTAGE_ESTIMATORS.get(name_or_path)
 
 
 def informative_groups(rewards: Tensor, group_ids: Tensor) -> Tensor:

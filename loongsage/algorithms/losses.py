@@ -1,12 +1,17 @@
-"""Token log-probabilities, entropy, aggregation and policy/KL losses.
+"""Token log-probabilities, entropy, aggregation and policy/KL losses, and the registry
+`algorithm.policy_loss` chooses from.
 
 All per-token tensors are [B, T] over response positions; `mask` is 1 where a token is
 trained. Pure tensor code: no Ray, HTTP or config.
 """
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 from torch import Tensor
+
+from loongsage.registry import Registry
 
 AGGREGATION_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum")
 KL_KINDS = ("k1", "k2", "k3")
@@ -100,6 +105,26 @@ def ppo_clip_loss(
         clip_frac = masked_aggregate((clipped > unclipped).float(), mask, "token_mean")
         ratio_mean = masked_aggregate(ratio.float(), mask, "token_mean")
     return loss, {"clip_frac": clip_frac.item(), "ratio_mean": ratio_mean.item()}
+
+
+class PolicyLoss(Protocol):
+    """What `algorithm.policy_loss` names. The trainer calls it with these keywords, whatever
+    the loss reads of them: `old_logprobs` are the proximal policy's, `advantages` [B] or
+    [B, T], `is_weights` [B, T] or None. Returns (scalar loss, metrics), and the metrics hold
+    at least "clip_frac" (0.0 for a loss that clips nothing)."""
+
+    def __call__(self, *, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor,
+                 clip_low: float, clip_high: float, aggregation: str,
+                 is_weights: Tensor | None) -> tuple[Tensor, dict[str, float]]: ...
+
+
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
+POLICY_LOSSES.register("ppo_clip", ppo_clip_loss)
+
+
+def get_policy_loss(name_or_path: str) -> PolicyLoss:
+    """The loss `algorithm.policy_loss` names: a registered name or "package.module:function"."""
+    return POLICY_LOSSES.get(name_or_path)
 
 
 def kl_estimate(logprobs: Tensor, ref_logprobs: Tensor, kind: str = "k3") -> Tensor:

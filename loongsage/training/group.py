@@ -7,16 +7,16 @@ import ray
 
 from loongsage.cluster.actor_placement import check_one_per_actor
 from loongsage.sample import Sample
+from loongsage.training.backends import train_backend
 from loongsage.training.batch import check_samples, split_even
 from loongsage.training.checkpoint_dir import atomic_dir
 from loongsage.training.errors import TrainerError
 from loongsage.training.fsdp.objective import check_off_policy_inputs
-from loongsage.training.fsdp.worker import TrainWorker
 from loongsage.training.settings import algo_settings, trainer_settings
 
 
 class TrainGroup:
-    """Runs `trainer.world_size` TrainWorker actors as one data-parallel trainer.
+    """Runs `trainer.world_size` actors of the `trainer.backend` worker class as one data-parallel trainer.
 
     Ray must already be initialized (see `loongsage.cluster.actor_placement.place_actors`).
     """
@@ -33,7 +33,7 @@ class TrainGroup:
         world_size = self.trainer.world_size
         check_one_per_actor(ray_options, world_size, "TrainGroup ray_options", "trainer.world_size")
         check_one_per_actor(cpus, world_size, "TrainGroup cpus", "trainer.world_size")
-        actor = ray.remote(TrainWorker)
+        actor = ray.remote(train_backend(self.trainer.backend))
         self.workers = [
             # A seat's num_cpus (its share of the bundle's one CPU) replaces num_threads: an actor
             # asking for more than its bundle holds would never be scheduled.

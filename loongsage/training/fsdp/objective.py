@@ -8,9 +8,9 @@ from torch import Tensor
 
 from loongsage.algorithms.losses import (
     entropy_from_logits,
+    get_policy_loss,
     kl_estimate,
     masked_aggregate,
-    ppo_clip_loss,
     token_logprobs,
 )
 from loongsage.algorithms.off_policy import importance_weights, interpolated_proximal_logprobs
@@ -40,7 +40,7 @@ def micro_objective(
     algo: AlgorithmConfig,
     policy_versions: tuple[float, float] | None = None,
 ) -> MicroObjective:
-    """PPO-clip loss (+ kl_coef * KL to the reference) - entropy_coef * entropy.
+    """The policy loss `algo.policy_loss` names (+ kl_coef * KL to the reference) - entropy_coef * entropy.
 
     The PPO ratio is taken against the proximal policy chosen by `algo.proximal` (see
     `_proximal`); with `algo.is_level` set, each token's surrogate is also weighted by
@@ -55,8 +55,9 @@ def micro_objective(
         is_weights, is_stats = importance_weights(
             proximal, batch.rollout_logprobs, mask, algo.is_level, algo.is_mode, algo.is_low, algo.is_high
         )
-    pg_loss, info = ppo_clip_loss(
-        logprobs, proximal, batch.advantages, mask, algo.clip_low, algo.clip_high, mode, is_weights
+    pg_loss, info = get_policy_loss(algo.policy_loss)(
+        logprobs=logprobs, old_logprobs=proximal, advantages=batch.advantages, mask=mask,
+        clip_low=algo.clip_low, clip_high=algo.clip_high, aggregation=mode, is_weights=is_weights,
     )
     loss = pg_loss
     kl = torch.zeros(())

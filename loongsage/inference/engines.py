@@ -1,0 +1,24 @@
+"""The engine actors `rollout.engine` chooses from: an SGLang engine is one more entry.
+
+An entry is a Ray actor class (what `@ray.remote` makes; a plain class is made one), one actor
+per engine, constructed as `cls(model_path, engine_cfg, cpus)` and answering `start() -> base
+URL` (serving SGLang's HTTP protocol there), `stop()` and `gpu_ids()` (RolloutGroup and its
+liveness probe call nothing else).
+"""
+from __future__ import annotations
+
+import ray
+from ray.actor import ActorClass
+
+from loongsage.inference.embedded.actor import EmbeddedEngineActor
+from loongsage.registry import Registry
+
+ENGINES: Registry[ActorClass] = Registry("rollout engine")
+ENGINES.register("embedded", EmbeddedEngineActor)
+
+
+def engine_actor(name_or_path: str) -> ActorClass:
+    """The Ray actor class `rollout.engine` names: a registered name or "package.module:Class"."""
+    engine = ENGINES.get(name_or_path)
+    return engine if isinstance(engine, ActorClass) else ray.remote(engine)
+
