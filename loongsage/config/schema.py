@@ -18,6 +18,7 @@ class ModelConfig:
 
 @dataclass
 class RolloutConfig:
+    # Engine actor: a registered name (embedded; see loongsage/inference/engines.py) or an import path.
     engine: str = "embedded"
     num_engines: int = 1
     prompts_per_step: int = 8
@@ -35,6 +36,7 @@ class RolloutConfig:
 
 @dataclass
 class TrainerConfig:
+    # Train-worker class: a registered name (fsdp; see loongsage/training/backends.py) or an import path.
     backend: str = "fsdp"
     world_size: int = 1
     strategy: str = "ddp"
