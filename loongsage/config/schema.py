@@ -93,7 +93,8 @@ class DataMixEntry:
     weight: float = 1.0
     # Empty: agent.name. `chat` is a single completion (answer = the reply).
     agent: str = ""
-    # Merged over agent.options (sampling settings such as temperature and max_tokens live here).
+    # Merged over agent.options. temperature / top_p / top_k / max_tokens here override rollout.*
+    # for this source's episodes; the system prompt is system_prompt below, not an agent option.
     agent_options: dict[str, Any] = field(default_factory=dict)
     system_prompt: Optional[str] = None
 
@@ -119,7 +120,8 @@ class AgentConfig:
     # data item is an episode of this agent: a registry name (tool, blackbox, mini_swe_agent)
     # or an import path `pkg.module:Agent`, reaching the engines through the router.
     name: str = ""
-    # Keyword arguments for the agent (tool: max_turns, max_tokens, context_budget, ...).
+    # Keyword arguments for the agent (tool: max_turns, max_tokens, context_budget, ...). Sampling
+    # options (temperature, top_p, top_k, max_tokens) override rollout.*; unset, rollout.* applies.
     options: dict[str, Any] = field(default_factory=dict)
     # Sandbox backend of each episode's workspace (auto | bwrap | local | apptainer | import path).
     sandbox: str = "auto"
