@@ -20,7 +20,8 @@ MODULES = {"async": "asynchrony"}
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in BENCHMARKS:
-        print("usage: python -m loongsage.bench <name> [args]\n" + "\n".join(f"  {n:8s} {d}" for n, d in BENCHMARKS.items()), file=sys.stderr)
+        listing = "\n".join(f"  {n:8s} {d}" for n, d in BENCHMARKS.items())
+        print(f"usage: python -m loongsage.bench <name> [args]\n{listing}", file=sys.stderr)
         return 2
     return importlib.import_module(f"loongsage.bench.{MODULES.get(argv[0], argv[0])}").main(argv[1:])
 

@@ -56,7 +56,8 @@ def main(argv: list[str]) -> int:
     print(f"model={args.model} steps={args.steps} batch={args.prompts}x{args.group} episodes of {args.turns} turns; "
           f"fully_async: window={args.window} max_staleness={args.max_staleness}; "
           f"medians over {args.repeats} run(s) of each mode, interleaved")
-    print(f"{'mode':12s} {'loop s':>8s} {'s/step':>7s} {'trainer idle':>13s} {'rollout idle':>13s} {'staleness':>10s} {'reward':>7s}")
+    print(f"{'mode':12s} {'loop s':>8s} {'s/step':>7s} {'trainer idle':>13s} {'rollout idle':>13s} {'staleness':>10s} "
+          f"{'reward':>7s}")
     for name, row in (("sync", sync), ("fully_async", fully)):
         print(f"{name:12s} {row['loop_s']:8.1f} {row['loop_s'] / args.steps:7.2f} {row['trainer_idle']:13.2f} "
               f"{row['rollout_idle']:13.2f} {row['staleness']:10.2f} {row['reward']:7.3f}")

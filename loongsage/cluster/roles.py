@@ -12,8 +12,9 @@ message. `placement.py` turns the plan into Ray placement groups.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 from loongsage.config.schema import RolesConfig
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from loongsage.config.schema import WarmStartConfig
 from loongsage.sample import Sample

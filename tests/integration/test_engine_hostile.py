@@ -9,14 +9,12 @@ import threading
 
 import httpx
 import pytest
-
 import torch
 
 from loongsage.inference.client import EngineClient, EngineError
 from loongsage.inference.embedded import server as engine_server
 from loongsage.inference.embedded.request import Sequence
 from loongsage.inference.embedded.sampling import SamplingParams
-
 from tests.integration.engine_support import running_engine, wait_until_queued
 
 torch.set_num_threads(1)

@@ -6,12 +6,10 @@ import time
 
 import httpx
 import pytest
-
 import torch
 
 from loongsage.inference.client import EngineClient, EngineError
 from loongsage.transfer.transports import pack_inline
-
 from tests.integration.engine_support import WAIT_S, running_engine, wait_until_queued
 
 torch.set_num_threads(1)

@@ -11,7 +11,6 @@ import openai
 import pytest
 
 from loongsage.inference.client import EngineClient, EngineError
-from loongsage.inference.embedded.engine import Engine
 from loongsage.models import load_tokenizer
 from tests.integration.engine_support import running_engine
 from tests.integration.router_support import ScriptedEngine, get_trajectory, start_router

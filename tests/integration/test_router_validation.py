@@ -103,19 +103,19 @@ def test_chat_field_errors_are_400_naming_the_field(router, engine, raw, field):
     assert engine.requests == []
 
 
+def _messages_body(fields: str = ', "max_tokens": 4', content: str = '"x"') -> str:
+    """An Anthropic messages body: `fields` after the model, one user message of `content`."""
+    return f'{{"model": "tiny"{fields}, "messages": [{{"role": "user", "content": {content}}}]}}'
+
+
 MESSAGES_CASES = [
-    ('{"model": "tiny", "max_tokens": %d, "messages": [{"role": "user", "content": "x"}]}' % 2**31, "max_tokens"),
-    ('{"model": "tiny", "max_tokens": 4, "top_k": %d, "messages": [{"role": "user", "content": "x"}]}' % 2**70,
-     "top_k"),
-    ('{"model": "tiny", "max_tokens": 4, "temperature": NaN, "messages": [{"role": "user", "content": "x"}]}',
-     "temperature"),
-    ('{"model": "tiny", "max_tokens": 4, "system": "%s", "messages": [{"role": "user", "content": "x"}]}' % LONE,
-     "system"),
-    ('{"model": "tiny", "max_tokens": 4, "messages": [{"role": "user", "content": [{"type": "text", "text": "%s"}]}]}'
-     % LONE, "messages[0].content[0].text"),
-    ('{"model": "tiny", "max_tokens": %s, "messages": [{"role": "user", "content": "x"}]}' % LONG_INT, "max_tokens"),
-    ('{"model": "tiny", "max_tokens": 4, "stop_sequences": ["a", ""], "messages": [{"role": "user", "content": "x"}]}',
-     "stop_sequences[1]"),
+    (_messages_body(f', "max_tokens": {2**31}'), "max_tokens"),
+    (_messages_body(f', "max_tokens": 4, "top_k": {2**70}'), "top_k"),
+    (_messages_body(', "max_tokens": 4, "temperature": NaN'), "temperature"),
+    (_messages_body(f', "max_tokens": 4, "system": "{LONE}"'), "system"),
+    (_messages_body(content=f'[{{"type": "text", "text": "{LONE}"}}]'), "messages[0].content[0].text"),
+    (_messages_body(f', "max_tokens": {LONG_INT}'), "max_tokens"),
+    (_messages_body(', "max_tokens": 4, "stop_sequences": ["a", ""]'), "stop_sequences[1]"),
 ]
 
 

@@ -8,7 +8,11 @@ import time
 import pytest
 
 from loongsage.agentflow.sandbox import (
-    ExecResult, SandboxError, SandboxLimits, available_backends, create_sandbox,
+    ExecResult,
+    SandboxError,
+    SandboxLimits,
+    available_backends,
+    create_sandbox,
 )
 from loongsage.agentflow.sandbox.local import LocalSandbox
 from tests.integration.sandbox_support import backend_params

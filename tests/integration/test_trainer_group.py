@@ -11,8 +11,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from loongsage.sample import Sample
-from tests.samples import random_samples as _random_samples
 from loongsage.training import TrainerError, TrainGroup
+from tests.samples import random_samples as _random_samples
 
 LR = 1e-3  # large enough that one Adam step moves every weight by ~LR
 

@@ -18,7 +18,8 @@ RESPONSE = [2345, 17, 9000, 42, 315, 2]
 
 def engine_logprobs(client: EngineClient, prompt: list[int], response: list[int]) -> list[float]:
     """Teacher-style scoring: no new tokens, logprobs of the whole given sequence."""
-    out = client.generate(input_ids=prompt + response, sampling_params={"max_new_tokens": 0}, return_logprob=True, logprob_start_len=0)
+    out = client.generate(input_ids=prompt + response, sampling_params={"max_new_tokens": 0}, return_logprob=True,
+                          logprob_start_len=0)
     scored = [entry[0] for entry in out["meta_info"]["input_token_logprobs"]]
     return scored[len(prompt):]
 

@@ -41,7 +41,8 @@ def test_even_count_takes_the_mean_of_the_middle_two_and_digits_are_honoured():
 
 
 def test_one_pair_reads_in_the_singular():
-    assert ratio_line("a / b", pair_ratios([3.0], [2.0])) == "ratio (a / b): median 1.50x over 1 interleaved pair (range 1.50x-1.50x)"
+    assert ratio_line("a / b", pair_ratios([3.0], [2.0])) == (
+        "ratio (a / b): median 1.50x over 1 interleaved pair (range 1.50x-1.50x)")
     assert runs_note([50.74]) == "median of 1 run: 50.7"
 
 

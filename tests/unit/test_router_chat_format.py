@@ -70,8 +70,9 @@ def test_a_template_that_reads_tools_gets_them_natively(tiny_model_path):
     tokenizer.chat_template = NATIVE_TEMPLATE
     native = HermesFormat(tokenizer)
     assert native.native_tools
-    rendered = native.render([Message("user", "Hi"), Message("assistant", "", (ToolCall("c", "get_weather", '{"city": "Rome"}'),)),
-                              Message("tool", "rainy", tool_call_id="c")], [WEATHER])
+    call = ToolCall("c", "get_weather", '{"city": "Rome"}')
+    messages = [Message("user", "Hi"), Message("assistant", "", (call,)), Message("tool", "rainy", tool_call_id="c")]
+    rendered = native.render(messages, [WEATHER])
     assert rendered.startswith("<|im_start|>system\nTOOLS:" + json.dumps(WEATHER))
     assert 'CALL get_weather {"city": "Rome"}' in rendered  # arguments passed as an object
     assert "<|im_start|>tool\nrainy<|im_end|>" in rendered and "<tool_response>" not in rendered

@@ -12,8 +12,16 @@ from types import SimpleNamespace
 import pytest
 
 from loongsage.cluster.topology import (
-    ClusterTopology, GpuLink, Nic, NodeTopology, gather, node_from_topo_text, nvml_links,
-    parse_nvidia_smi_topo, probe_nics, probe_node,
+    ClusterTopology,
+    GpuLink,
+    Nic,
+    NodeTopology,
+    gather,
+    node_from_topo_text,
+    nvml_links,
+    parse_nvidia_smi_topo,
+    probe_nics,
+    probe_node,
 )
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "topology"

@@ -6,11 +6,11 @@ import math
 import pytest
 import torch
 
+from loongsage.config.schema import AlgorithmConfig, TrainerConfig
 from loongsage.sample import Sample
-from tests.samples import random_samples as _random_samples
 from loongsage.training.fsdp import TrainWorker
 from loongsage.training.fsdp.objective import check_off_policy_inputs
-from loongsage.config.schema import AlgorithmConfig, TrainerConfig
+from tests.samples import random_samples as _random_samples
 
 METRIC_KEYS = {
     "train/loss",
@@ -33,7 +33,8 @@ def make_worker(tiny_model_path):
     """Build a set-up worker; only one process group can live in a process at a time."""
     workers = []
 
-    def make(trainer: TrainerConfig, algo: AlgorithmConfig = AlgorithmConfig()) -> TrainWorker:
+    def make(trainer: TrainerConfig, algo: AlgorithmConfig | None = None) -> TrainWorker:
+        algo = algo if algo is not None else AlgorithmConfig()
         while workers:
             workers.pop().close()
         worker = TrainWorker(tiny_model_path, trainer, algo, seed=0, rank=0)

@@ -10,7 +10,8 @@ from loongsage.transfer.transports import PACKERS
 
 
 def named(*shapes_and_dtypes):
-    return [(f"p{i}", torch.arange(torch.Size(shape).numel(), dtype=torch.float32).reshape(shape).to(dtype)) for i, (shape, dtype) in enumerate(shapes_and_dtypes)]
+    return [(f"p{i}", torch.arange(torch.Size(shape).numel(), dtype=torch.float32).reshape(shape).to(dtype))
+            for i, (shape, dtype) in enumerate(shapes_and_dtypes)]
 
 
 def test_buckets_respect_the_budget_and_keep_order():

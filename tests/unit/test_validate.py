@@ -20,13 +20,14 @@ def test_band_is_symmetric_and_narrows_with_more_samples():
     # 3 * sqrt(0.25 / 16) = 0.375 at step 1; 3 * sqrt(0.25 / 48) = 0.2165 once the window is full.
     assert high[0] - 0.5 == pytest.approx(0.375)
     assert high[5] - 0.5 == pytest.approx(0.21651, abs=1e-4)
-    assert all(abs((h - c) - (c - l)) < 1e-12 for c, l, h in zip(center, low, high))
+    assert all(abs((h - c) - (c - lo)) < 1e-12 for c, lo, h in zip(center, low, high))
 
 
 def reference(rewards):
     center, low, high = make_band([rewards], samples_per_step=64, window=5, z=3.0, floor=0.05)
     steps = list(range(1, len(rewards) + 1))
-    return {"recipe": "r", "tag": "rollout/reward_mean", "steps": steps, "window": 5, "min_inside_frac": 0.9, "center": center, "low": low, "high": high}
+    return {"recipe": "r", "tag": "rollout/reward_mean", "steps": steps, "window": 5, "min_inside_frac": 0.9,
+            "center": center, "low": low, "high": high}
 
 
 def test_band_widens_by_the_spread_between_recorded_seeds():
@@ -55,7 +56,8 @@ def write_run(run_dir, rewards):
     from torch.utils.tensorboard import SummaryWriter
 
     run_dir.mkdir(parents=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump({"run": {"name": "toy"}, "model": {"name": "tiny"}, "rollout": {"prompts_per_step": 4, "group_size": 8}}))
+    config = {"run": {"name": "toy"}, "model": {"name": "tiny"}, "rollout": {"prompts_per_step": 4, "group_size": 8}}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
     writer = SummaryWriter(str(run_dir / "tensorboard"))
     for step, reward in enumerate(rewards, start=1):
         writer.add_scalar("rollout/reward_mean", reward, step)
@@ -63,7 +65,8 @@ def write_run(run_dir, rewards):
 
 
 def run_validate(*args):
-    return subprocess.run([sys.executable, "-m", "validate", *map(str, args)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "validate", *map(str, args)], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=120)
 
 
 def test_cli_records_then_checks_real_tensorboard_files(tmp_path):
