@@ -3,6 +3,7 @@
 Samples of one prompt sit next to each other: rewards[k*group_size:(k+1)*group_size]
 is group k. Pure tensor code; the controller decides what a group is.
 """
+
 from __future__ import annotations
 
 from typing import Protocol
@@ -13,9 +14,7 @@ from torch import Tensor
 from loongsage.registry import Registry
 
 
-def grpo_advantages(
-    rewards: Tensor, group_size: int, normalize_std: bool = True, eps: float = 1e-6
-) -> Tensor:
+def grpo_advantages(rewards: Tensor, group_size: int, normalize_std: bool = True, eps: float = 1e-6) -> Tensor:
     """Reward minus its group mean, optionally divided by the group std (+eps).
 
     A group whose rewards are all equal carries no learning signal; its advantages are
@@ -86,10 +85,7 @@ def _as_groups(rewards: Tensor, group_size: int) -> Tensor:
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     if rewards.numel() % group_size != 0:
-        raise ValueError(
-            f"number of rewards ({rewards.numel()}) is not divisible by "
-            f"group_size={group_size}"
-        )
+        raise ValueError(f"number of rewards ({rewards.numel()}) is not divisible by group_size={group_size}")
     return rewards.float().reshape(-1, group_size)
 
 

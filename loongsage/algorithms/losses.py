@@ -4,6 +4,7 @@
 All per-token tensors are [B, T] over response positions; `mask` is 1 where a token is
 trained. Pure tensor code: no Ray, HTTP or config.
 """
+
 from __future__ import annotations
 
 from typing import Protocol
@@ -54,9 +55,7 @@ def masked_aggregate(values: Tensor, mask: Tensor, mode: str) -> Tensor:
     token at all the result is 0 (still attached to the graph).
     """
     if mode not in AGGREGATION_MODES:
-        raise ValueError(
-            f"unknown aggregation mode {mode!r}; valid modes: {', '.join(AGGREGATION_MODES)}"
-        )
+        raise ValueError(f"unknown aggregation mode {mode!r}; valid modes: {', '.join(AGGREGATION_MODES)}")
     keep = mask.bool()
     # where(), not values * mask: padding positions may hold inf/NaN and 0 * inf is NaN.
     masked = torch.where(keep, values, torch.zeros_like(values))
@@ -113,9 +112,18 @@ class PolicyLoss(Protocol):
     [B, T], `is_weights` [B, T] or None. Returns (scalar loss, metrics), and the metrics hold
     at least "clip_frac" (0.0 for a loss that clips nothing)."""
 
-    def __call__(self, *, logprobs: Tensor, old_logprobs: Tensor, advantages: Tensor, mask: Tensor,
-                 clip_low: float, clip_high: float, aggregation: str,
-                 is_weights: Tensor | None) -> tuple[Tensor, dict[str, float]]: ...
+    def __call__(
+        self,
+        *,
+        logprobs: Tensor,
+        old_logprobs: Tensor,
+        advantages: Tensor,
+        mask: Tensor,
+        clip_low: float,
+        clip_high: float,
+        aggregation: str,
+        is_weights: Tensor | None,
+    ) -> tuple[Tensor, dict[str, float]]: ...
 
 
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
@@ -152,6 +160,5 @@ def mismatch_k3_kl(train_logprobs: Tensor, rollout_logprobs: Tensor, mask: Tenso
 def _check_logits(logits: Tensor, targets: Tensor) -> None:
     if logits.dim() != 3 or logits.shape[:2] != targets.shape:
         raise ValueError(
-            f"logits must be [B, T, V] and targets [B, T]; got logits "
-            f"{tuple(logits.shape)} and targets {tuple(targets.shape)}"
+            f"logits must be [B, T, V] and targets [B, T]; got logits {tuple(logits.shape)} and targets {tuple(targets.shape)}"
         )

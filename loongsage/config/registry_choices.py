@@ -4,6 +4,7 @@ path "package.module:attribute" that resolves (see loongsage.registry).
 The registry is imported when a config is first checked, not with the config package: the
 registries pull in torch and the backends, and the backends import the config schema.
 """
+
 from __future__ import annotations
 
 import importlib

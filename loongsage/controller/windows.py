@@ -10,10 +10,12 @@ ready groups they train on first.
 Pure scheduling code: no threads, no clocks. The threaded pipeline and the discrete-event
 simulator (`python -m loongsage.bench async --simulate`) drive the same objects.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Protocol, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from loongsage.registry import Registry
 

@@ -5,6 +5,7 @@ per engine, constructed as `cls(model_path, engine_cfg, cpus)` and answering `st
 URL` (serving SGLang's HTTP protocol there), `stop()` and `gpu_ids()` (RolloutGroup and its
 liveness probe call nothing else).
 """
+
 from __future__ import annotations
 
 import ray
@@ -21,4 +22,3 @@ def engine_actor(name_or_path: str) -> ActorClass:
     """The Ray actor class `rollout.engine` names: a registered name or "package.module:Class"."""
     engine = ENGINES.get(name_or_path)
     return engine if isinstance(engine, ActorClass) else ray.remote(engine)
-

@@ -1,8 +1,9 @@
 """Model names -> local HF directories, plus the loaders everybody uses."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from loongsage.models.smollm2 import smollm2_dir
 from loongsage.models.tiny import tiny_dir

@@ -4,6 +4,7 @@ An entry is a plain class (TrainGroup makes it a Ray actor), one instance per da
 rank, constructed as `cls(model_path, trainer, algo, seed, rank, cpus)` and implementing
 `loongsage.training.protocol.TrainBackend`.
 """
+
 from __future__ import annotations
 
 from loongsage.registry import Registry

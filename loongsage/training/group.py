@@ -1,4 +1,5 @@
 """Controller-side handle on the train workers: one Ray actor per data-parallel rank."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -21,8 +22,9 @@ class TrainGroup:
     Ray must already be initialized (see `loongsage.cluster.actor_placement.place_actors`).
     """
 
-    def __init__(self, model_path: str, cfg, algo, seed: int, ray_options: list[dict] | None = None,
-                 cpus: list[list[int]] | None = None):
+    def __init__(
+        self, model_path: str, cfg, algo, seed: int, ray_options: list[dict] | None = None, cpus: list[list[int]] | None = None
+    ):
         """`ray_options`: each rank's Ray actor options (its placement-group seat); None: `trainer.num_threads`
         CPUs each, wherever Ray likes. `cpus`: the cores of each rank (disaggregated placement on this
         machine); None: all cores."""
@@ -37,8 +39,9 @@ class TrainGroup:
         self.workers = [
             # A seat's num_cpus (its share of the bundle's one CPU) replaces num_threads: an actor
             # asking for more than its bundle holds would never be scheduled.
-            actor.options(**{"num_cpus": self.trainer.num_threads, **(ray_options[rank] if ray_options else {})})
-            .remote(str(model_path), self.trainer, self.algo, seed, rank, cpus[rank] if cpus else None)
+            actor.options(**{"num_cpus": self.trainer.num_threads, **(ray_options[rank] if ray_options else {})}).remote(
+                str(model_path), self.trainer, self.algo, seed, rank, cpus[rank] if cpus else None
+            )
             for rank in range(world_size)
         ]
         (address,) = self._gather("rendezvous_address", [self.workers[0].rendezvous_address.remote()])

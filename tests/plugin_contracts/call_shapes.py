@@ -1,5 +1,6 @@
 """Does a registry entry accept the calls its registry's caller makes? Read from signatures
 (`inspect.signature(...).bind`), so nothing is constructed, started or loaded."""
+
 from __future__ import annotations
 
 import inspect
@@ -27,6 +28,7 @@ def method_problems(cls: type, calls: dict[str, tuple]) -> list[str]:
             continue
         self_args = () if isinstance(static, (staticmethod, classmethod)) else (ANY,)
         if not accepts(getattr(cls, name), *self_args, *args):
-            problems.append(f"{cls.__qualname__}.{name}{inspect.signature(getattr(cls, name))} "
-                            f"refuses {len(args)} positional arguments")
+            problems.append(
+                f"{cls.__qualname__}.{name}{inspect.signature(getattr(cls, name))} refuses {len(args)} positional arguments"
+            )
     return problems

@@ -1,5 +1,6 @@
 """Every `algorithm.advantage` is called by the controller as
 `estimator(rewards, group_ids, normalize_std=...)` and returns one float advantage per sample."""
+
 from __future__ import annotations
 
 import pytest

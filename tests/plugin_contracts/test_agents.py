@@ -1,5 +1,6 @@
 """Every agent factory is called by build_agent with the config's agent options as keywords
 (possibly none), and makes something the episode runner calls as `agent.run(task, endpoint)`."""
+
 from __future__ import annotations
 
 import inspect
@@ -24,8 +25,9 @@ def made_type(factory) -> type:
 def test_factory_takes_options_as_keywords_only(name):
     factory = AGENTS[name]
     assert accepts(factory), f"{name}: a parameter without a default (agent options may be empty)"
-    positional_only = [p.name for p in inspect.signature(factory).parameters.values()
-                       if p.kind is inspect.Parameter.POSITIONAL_ONLY]
+    positional_only = [
+        p.name for p in inspect.signature(factory).parameters.values() if p.kind is inspect.Parameter.POSITIONAL_ONLY
+    ]
     assert positional_only == [], f"{name}: options arrive as keywords; {positional_only} cannot be set"
 
 

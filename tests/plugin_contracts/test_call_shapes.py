@@ -1,4 +1,5 @@
 """The checker the contract tests rely on must itself tell a wrong shape from a right one."""
+
 from __future__ import annotations
 
 from tests.plugin_contracts.call_shapes import ANY, accepts, method_problems

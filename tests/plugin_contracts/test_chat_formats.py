@@ -1,5 +1,6 @@
 """Every chat format is constructed by get_chat_format with the tokenizer alone, and the
 router calls `render(messages, tools)` and `parse_assistant(text)` on it."""
+
 from __future__ import annotations
 
 import pytest

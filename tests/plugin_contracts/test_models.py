@@ -1,5 +1,6 @@
 """Every model entry is called with no arguments by resolve_model_path and returns the local
 Hugging Face directory; the default model is one of them."""
+
 from __future__ import annotations
 
 import typing

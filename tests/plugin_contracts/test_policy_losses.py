@@ -1,5 +1,6 @@
 """Every `algorithm.policy_loss` takes the keywords the trainer's objective passes (the
 PolicyLoss protocol) and returns (scalar loss, metrics holding clip_frac)."""
+
 from __future__ import annotations
 
 import inspect
@@ -14,8 +15,7 @@ KEYWORDS = [name for name in inspect.signature(PolicyLoss.__call__).parameters i
 
 
 def test_the_protocol_names_what_the_objective_passes():
-    assert KEYWORDS == ["logprobs", "old_logprobs", "advantages", "mask", "clip_low", "clip_high",
-                        "aggregation", "is_weights"]
+    assert KEYWORDS == ["logprobs", "old_logprobs", "advantages", "mask", "clip_low", "clip_high", "aggregation", "is_weights"]
 
 
 @pytest.mark.parametrize("name", sorted(POLICY_LOSSES))
@@ -28,9 +28,15 @@ def test_loss_takes_the_shared_keywords(name):
 def test_loss_returns_a_differentiable_scalar_and_clip_frac(name, is_weights):
     logprobs = torch.tensor([[-1.0, -0.5, -2.0], [-0.3, -0.7, -1.1]], requires_grad=True)
     loss, metrics = POLICY_LOSSES[name](
-        logprobs=logprobs, old_logprobs=logprobs.detach() - 0.4, advantages=torch.tensor([1.0, -1.0]),
-        mask=torch.tensor([[1, 1, 0], [1, 1, 1]]), clip_low=0.2, clip_high=0.28, aggregation="token_mean",
-        is_weights=is_weights)
+        logprobs=logprobs,
+        old_logprobs=logprobs.detach() - 0.4,
+        advantages=torch.tensor([1.0, -1.0]),
+        mask=torch.tensor([[1, 1, 0], [1, 1, 1]]),
+        clip_low=0.2,
+        clip_high=0.28,
+        aggregation="token_mean",
+        is_weights=is_weights,
+    )
     assert loss.shape == () and torch.isfinite(loss)
     loss.backward()
     assert logprobs.grad is not None and logprobs.grad.abs().sum() > 0

@@ -1,4 +1,5 @@
 """Registry: a second entry under a taken name is refused, in the helper and in every real registry."""
+
 from __future__ import annotations
 
 import importlib

@@ -1,5 +1,6 @@
 """Every `rollout.engine` is a Ray actor class RolloutGroup starts one actor of per engine,
 called the way RolloutGroup and its liveness probe (controller/engine_failure.py) call it."""
+
 from __future__ import annotations
 
 import typing

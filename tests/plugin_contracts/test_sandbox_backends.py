@@ -1,6 +1,7 @@
 """Every sandbox backend is a Sandbox subclass that create_sandbox constructs as
 `cls(snapshot, limits, **options)` and attach_sandbox as `cls(None, limits, attach=handle,
 **options)`, whose `backend` is the name it is registered under (handles carry that name)."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,7 @@
 """Every staleness window is built as `window(batch_size, max_staleness)` (build_window) and
 driven by the pipeline and the simulator through may_start(steps, accepted, running, ready)
 and select(ready, version)."""
+
 from __future__ import annotations
 
 import pytest

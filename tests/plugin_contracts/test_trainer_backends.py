@@ -1,5 +1,6 @@
 """Every `trainer.backend` is a worker class TrainGroup makes a Ray actor of, one per rank,
 and calls the way TrainGroup calls it."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,7 @@
 """Keys that choose a registry entry (rollout.engine, trainer.backend, algorithm.advantage,
 algorithm.policy_loss) take a registered name or an import path that resolves; anything else
 is named with the field and the registered choices."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,27 +16,36 @@ def configured(key: str, value: str) -> Config:
     return cfg
 
 
-@pytest.mark.parametrize(("key", "value", "known"), [
-    ("rollout.engine", "sglang", "embedded"),
-    ("trainer.backend", "megatron", "fsdp"),
-    ("algorithm.advantage", "rloo", "grpo"),
-    ("algorithm.policy_loss", "gspo", "ppo_clip"),
-])
+@pytest.mark.parametrize(
+    ("key", "value", "known"),
+    [
+        ("rollout.engine", "sglang", "embedded"),
+        ("trainer.backend", "megatron", "fsdp"),
+        ("algorithm.advantage", "rloo", "grpo"),
+        ("algorithm.policy_loss", "gspo", "ppo_clip"),
+    ],
+)
 def test_an_unregistered_name_is_named_with_the_field_and_the_choices(key, value, known):
     with pytest.raises(ConfigError, match=rf"{key}='{value}': unknown .* '{value}'; known: {known}, or an import path"):
         check(configured(key, value))
 
 
-@pytest.mark.parametrize(("key", "path"), [
-    ("algorithm.advantage", "loongsage.algorithms.advantages:grouped_advantages"),
-    ("algorithm.policy_loss", "loongsage.algorithms.losses:ppo_clip_loss"),
-    ("trainer.backend", "loongsage.training.fsdp.worker:TrainWorker"),
-])
+@pytest.mark.parametrize(
+    ("key", "path"),
+    [
+        ("algorithm.advantage", "loongsage.algorithms.advantages:grouped_advantages"),
+        ("algorithm.policy_loss", "loongsage.algorithms.losses:ppo_clip_loss"),
+        ("trainer.backend", "loongsage.training.fsdp.worker:TrainWorker"),
+    ],
+)
 def test_an_import_path_that_resolves_is_a_choice(key, path):
     check(configured(key, path))
 
 
 def test_an_import_path_that_does_not_resolve_says_why():
-    with pytest.raises(ConfigError, match=r"algorithm.policy_loss='loongsage.algorithms.losses:no_such_loss': "
-                                          r".*has no attribute 'no_such_loss'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"algorithm.policy_loss='loongsage.algorithms.losses:no_such_loss': "
+        r".*has no attribute 'no_such_loss'",
+    ):
         check(configured("algorithm.policy_loss", "loongsage.algorithms.losses:no_such_loss"))

@@ -1,5 +1,6 @@
 """The trainer's objective uses the policy loss `algorithm.policy_loss` names, passing the
 PolicyLoss keywords; the default is PPO-clip."""
+
 from __future__ import annotations
 
 import torch
@@ -22,9 +23,14 @@ def recording_loss(**kwargs):
 def batch() -> PackedBatch:
     input_ids = torch.tensor([[1, 2, 3, 4], [4, 3, 2, 1]])
     return PackedBatch(
-        input_ids=input_ids, attention_mask=torch.ones_like(input_ids), position_ids=torch.arange(4).repeat(2, 1),
-        first_column=0, loss_mask=torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 0.0]]),
-        advantages=torch.tensor([[0.0, 1.0, 1.0], [0.0, -1.0, -1.0]]), rollout_logprobs=None, token_versions=None,
+        input_ids=input_ids,
+        attention_mask=torch.ones_like(input_ids),
+        position_ids=torch.arange(4).repeat(2, 1),
+        first_column=0,
+        loss_mask=torch.tensor([[0.0, 1.0, 1.0], [0.0, 1.0, 0.0]]),
+        advantages=torch.tensor([[0.0, 1.0, 1.0], [0.0, -1.0, -1.0]]),
+        rollout_logprobs=None,
+        token_versions=None,
         response_spans=[(1, 3), (1, 2)],
     )
 
@@ -44,8 +50,7 @@ def test_a_policy_loss_by_import_path_is_called_with_the_shared_keywords():
     algo = AlgorithmConfig(policy_loss=f"{__name__}:recording_loss", clip_low=0.1, clip_high=0.3)
     objective = micro_objective(logits, packed, old, None, algo)
     (call,) = CALLS
-    assert set(call) == {"logprobs", "old_logprobs", "advantages", "mask", "clip_low", "clip_high",
-                         "aggregation", "is_weights"}
+    assert set(call) == {"logprobs", "old_logprobs", "advantages", "mask", "clip_low", "clip_high", "aggregation", "is_weights"}
     assert call["old_logprobs"] is old and call["advantages"] is packed.advantages
     assert (call["clip_low"], call["clip_high"], call["aggregation"], call["is_weights"]) == (0.1, 0.3, "token_mean", None)
     logprobs = token_logprobs(logits, packed.targets)

@@ -1,4 +1,5 @@
 """Agents chosen in config by name or by import path ("my_pkg.agents:MyAgent")."""
+
 from __future__ import annotations
 
 from collections.abc import Callable

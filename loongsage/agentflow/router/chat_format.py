@@ -12,12 +12,14 @@ message and carries calls and results in Hermes/Qwen markup:
 A template that reads `tools` itself (Qwen2.5, Hermes models) is given the tools, the
 `tool_calls` and the `tool` messages unchanged.
 """
+
 from __future__ import annotations
 
 import json
 import re
 import uuid
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from loongsage.agentflow.router.errors import bad_request
 from loongsage.agentflow.router.messages import Message, ToolCall
@@ -64,8 +66,7 @@ class HermesFormat:
         else:
             chat, template_tools = _hermes_messages(messages, tools, self.describe_tools), None
         try:
-            return self.tokenizer.apply_chat_template(
-                chat, tools=template_tools, tokenize=False, add_generation_prompt=True)
+            return self.tokenizer.apply_chat_template(chat, tools=template_tools, tokenize=False, add_generation_prompt=True)
         except Exception as exc:  # jinja raises its own TemplateError, and templates raise_exception(...)
             raise bad_request(f"the model's chat template refused these messages: {exc}", "messages") from exc
 
@@ -82,7 +83,7 @@ class HermesFormat:
             call = self._tool_call(block.group(1))
             if call is None:
                 continue  # malformed: the block stays in the content
-            kept.append(text[position:block.start()])
+            kept.append(text[position : block.start()])
             position = block.end()
             calls.append(call)
         if not calls:
@@ -145,8 +146,7 @@ def _hermes_messages(messages: list[Message], tools: list[dict], describe: Calla
 def assistant_text(message: Message) -> str:
     """An assistant message with tool calls, written the way the Hermes format has the model write it."""
     calls = [
-        "<tool_call>\n" + json.dumps({"name": c.name, "arguments": c.arguments_object()}, ensure_ascii=False)
-        + "\n</tool_call>"
+        "<tool_call>\n" + json.dumps({"name": c.name, "arguments": c.arguments_object()}, ensure_ascii=False) + "\n</tool_call>"
         for c in message.tool_calls
     ]
     return "\n".join(([message.content] if message.content else []) + calls)

@@ -8,6 +8,7 @@
 Backends: `bwrap` (default where it works), `local` (cannot deny network access),
 `apptainer` (needs `image=`), or an import path "pkg.module:Class" to a Sandbox subclass.
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,8 +25,17 @@ from loongsage.agentflow.sandbox.limits import ExecResult, SandboxError, Sandbox
 from loongsage.agentflow.sandbox.local import LocalSandbox
 from loongsage.registry import Registry
 
-__all__ = ["BACKENDS", "ExecResult", "Sandbox", "SandboxError", "SandboxLimits", "attach_sandbox",
-           "available_backends", "backend_name", "create_sandbox"]
+__all__ = [
+    "BACKENDS",
+    "ExecResult",
+    "Sandbox",
+    "SandboxError",
+    "SandboxLimits",
+    "attach_sandbox",
+    "available_backends",
+    "backend_name",
+    "create_sandbox",
+]
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +47,7 @@ BACKENDS.register("local", LocalSandbox)
 BACKENDS.register("apptainer", ApptainerSandbox)
 
 
-def create_sandbox(snapshot: Snapshot, backend: str = "auto", limits: SandboxLimits | None = None,
-                   **options: Any) -> Sandbox:
+def create_sandbox(snapshot: Snapshot, backend: str = "auto", limits: SandboxLimits | None = None, **options: Any) -> Sandbox:
     """A sandbox whose tree holds `snapshot` ({relative path: content}, or a directory to
     copy). `options` go to the backend (apptainer: `image=`)."""
     backend = backend_name(backend)
@@ -98,6 +107,5 @@ def _runs_a_command(cls: type[Sandbox]) -> bool:
         log.info("sandbox backend %r unavailable: %s", cls.backend, exc)
         return False
     if result.exit_code != 0:
-        log.info("sandbox backend %r unavailable: `true` exited %s: %s", cls.backend, result.exit_code,
-                 result.stderr.strip())
+        log.info("sandbox backend %r unavailable: `true` exited %s: %s", cls.backend, result.exit_code, result.stderr.strip())
     return result.exit_code == 0

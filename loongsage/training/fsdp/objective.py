@@ -1,4 +1,5 @@
 """The policy objective of one micro-batch, from the model's logits."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,9 +15,9 @@ from loongsage.algorithms.losses import (
     token_logprobs,
 )
 from loongsage.algorithms.off_policy import importance_weights, interpolated_proximal_logprobs
+from loongsage.config.schema import AlgorithmConfig
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch
-from loongsage.config.schema import AlgorithmConfig
 
 PROXIMAL_SOURCES = ("recompute", "interpolate", "behaviour")
 
@@ -56,8 +57,14 @@ def micro_objective(
             proximal, batch.rollout_logprobs, mask, algo.is_level, algo.is_mode, algo.is_low, algo.is_high
         )
     pg_loss, info = get_policy_loss(algo.policy_loss)(
-        logprobs=logprobs, old_logprobs=proximal, advantages=batch.advantages, mask=mask,
-        clip_low=algo.clip_low, clip_high=algo.clip_high, aggregation=mode, is_weights=is_weights,
+        logprobs=logprobs,
+        old_logprobs=proximal,
+        advantages=batch.advantages,
+        mask=mask,
+        clip_low=algo.clip_low,
+        clip_high=algo.clip_high,
+        aggregation=mode,
+        is_weights=is_weights,
     )
     loss = pg_loss
     kl = torch.zeros(())
@@ -117,9 +124,7 @@ def check_off_policy_inputs(samples: list[Sample], algo: AlgorithmConfig, policy
     if algo.proximal == "interpolate":
         needs.append(("algorithm.proximal=interpolate", "weight_versions", "weight versions"))
         if policy_version is None:
-            raise ValueError(
-                "algorithm.proximal=interpolate needs train_step's policy_version (the trainer's weight version)"
-            )
+            raise ValueError("algorithm.proximal=interpolate needs train_step's policy_version (the trainer's weight version)")
     for setting, name, what in needs:
         for index, sample in enumerate(samples):
             if not getattr(sample, name):
@@ -134,5 +139,4 @@ def supervised_objective(logits: Tensor, batch: PackedBatch) -> MicroObjective:
     nll = -masked_aggregate(logprobs, mask, "token_mean")
     with torch.no_grad():
         entropy = masked_aggregate(entropy_from_logits(logits), mask, "token_mean")
-    return MicroObjective(loss=nll, logprobs=logprobs.detach(), pg_loss=nll.item(), entropy=entropy.item(),
-                          clip_frac=0.0, kl=0.0)
+    return MicroObjective(loss=nll, logprobs=logprobs.detach(), pg_loss=nll.item(), entropy=entropy.item(), clip_frac=0.0, kl=0.0)
