@@ -4,6 +4,7 @@ Its own module (no imports) so that the router and the config rules can both use
 either importing the other. The controller builds it from `rollout.*`; the defaults equal
 RolloutConfig's, so a router built without it samples as a plain run would.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

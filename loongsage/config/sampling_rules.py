@@ -4,6 +4,7 @@ One set of ranges for both, because an override is sampled by the same engines u
 RL assumptions as the run's own values. The system prompt is not an agent option: it lives in
 data.system_prompt (per mixed source: data.mix[i].system_prompt), where every agent gets it.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,15 +26,24 @@ AGENT_OVERRIDES = {"temperature": "temperature", "top_p": "top_p", "top_k": "top
 
 def sampling_problems(cfg: Config) -> list[str]:
     r = cfg.rollout
-    problems = value_problems([("temperature", "rollout.temperature", r.temperature),
-                               ("top_p", "rollout.top_p", r.top_p), ("top_k", "rollout.top_k", r.top_k),
-                               ("length", "rollout.max_new_tokens", r.max_new_tokens)], r.max_context)
+    problems = value_problems(
+        [
+            ("temperature", "rollout.temperature", r.temperature),
+            ("top_p", "rollout.top_p", r.top_p),
+            ("top_k", "rollout.top_k", r.top_k),
+            ("length", "rollout.max_new_tokens", r.max_new_tokens),
+        ],
+        r.max_context,
+    )
     for where, options in _agent_options(cfg):
         if "system_prompt" in options:
-            problems.append(f"{where}.system_prompt: the system prompt is data.system_prompt "
-                            f"(or data.mix[i].system_prompt), one place for every agent")
-        overrides = [(kind, f"{where}.{name}", options[name]) for name, kind in AGENT_OVERRIDES.items()
-                     if options.get(name) is not None]  # null: not overridden
+            problems.append(
+                f"{where}.system_prompt: the system prompt is data.system_prompt "
+                f"(or data.mix[i].system_prompt), one place for every agent"
+            )
+        overrides = [
+            (kind, f"{where}.{name}", options[name]) for name, kind in AGENT_OVERRIDES.items() if options.get(name) is not None
+        ]  # null: not overridden
         problems.extend(value_problems(overrides, r.max_context))
     return problems
 
@@ -53,5 +63,7 @@ def value_problems(settings: list[tuple[str, str, Any]], max_context: int) -> li
 
 
 def _agent_options(cfg: Config) -> list[tuple[str, dict]]:
-    return [("agent.options", dict(cfg.agent.options)),
-            *((f"data.mix[{i}].agent_options", dict(entry.agent_options)) for i, entry in enumerate(cfg.data.mix))]
+    return [
+        ("agent.options", dict(cfg.agent.options)),
+        *((f"data.mix[{i}].agent_options", dict(entry.agent_options)) for i, entry in enumerate(cfg.data.mix)),
+    ]

@@ -1,6 +1,7 @@
 """White-box agents carry no sampling defaults and no system prompt of their own: what they leave
 unset the router samples with the run's block, what their options set is an override, and the
 system prompt is the task's (data.system_prompt)."""
+
 from __future__ import annotations
 
 import json
@@ -85,14 +86,12 @@ def test_without_a_system_prompt_the_tool_agent_uses_its_own_and_the_chat_agent_
     engine.reset()
     engine.say("Four.")
     _run(router, "chat", {}, AgentTask("chat-no-system", "2+2?"))
-    template = tokenizer.apply_chat_template([{"role": "user", "content": "2+2?"}], add_generation_prompt=True,
-                                             tokenize=False)
+    template = tokenizer.apply_chat_template([{"role": "user", "content": "2+2?"}], add_generation_prompt=True, tokenize=False)
     assert engine.requests[0]["input_ids"] == tokenizer.encode(template, add_special_tokens=False)
 
 
 def test_demonstrations_open_with_the_tasks_system_prompt():
-    body = ToolAgent().demonstration(AgentTask("d", "Fix it.", system_prompt=SYSTEM),
-                                     [{"name": "submit", "arguments": {}}])
+    body = ToolAgent().demonstration(AgentTask("d", "Fix it.", system_prompt=SYSTEM), [{"name": "submit", "arguments": {}}])
     assert body["messages"][:2] == [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Fix it."}]
     assert json.loads(body["messages"][2]["tool_calls"][0]["function"]["arguments"]) == {}
 

@@ -90,8 +90,9 @@ def _fill(arg: str, values: dict[str, str]) -> str:
     try:
         return arg.format(**values)
     except (KeyError, IndexError) as exc:
+        known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
         raise ValueError(f"agent.command argument {arg!r}: unknown placeholder {exc} "
-                         f"(known: {', '.join('{' + p + '}' for p in PLACEHOLDERS)}; write {{{{ }}}} for a literal brace)") from None
+                         f"(known: {known}; write {{{{ }}}} for a literal brace)") from None
 
 
 def _tail(output: bytes, limit: int) -> str:

@@ -4,7 +4,8 @@ Supported: `system` as a string or text blocks; user/assistant messages with str
 or text, tool_use and tool_result blocks; `tools` with `input_schema`; `tool_choice`
 (type "none" turns tool parsing off; "any"/"tool" cannot be enforced); `max_tokens`
 (required, as in Anthropic's API), `temperature`, `top_p`, `top_k`, `stop_sequences`,
-`stream`. Unset temperature, top_p or top_k: the run's value (RouterConfig.sampling). Image, document and thinking blocks and server tools are refused with 400.
+`stream`. Unset temperature, top_p or top_k: the run's value (RouterConfig.sampling). Image,
+document and thinking blocks and server tools are refused with 400.
 
 Streaming: all events (message_start, content_block_start/delta/stop per block,
 message_delta, message_stop) are sent once generation has finished, since the engines
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from loongsage.agentflow.router.errors import RouterError, bad_request
 from loongsage.agentflow.router.messages import ChatRequest, Message, Sampling, ToolCall, TurnResult

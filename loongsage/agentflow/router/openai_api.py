@@ -21,12 +21,22 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from loongsage.agentflow.router.errors import RouterError, bad_request
 from loongsage.agentflow.router.messages import ChatRequest, Message, Sampling, ToolCall, TurnResult
-from loongsage.agentflow.router.validation import (INT32_MAX, INT64_MAX, INT64_MIN, check_model, expect, get, in_range,
-                                                   join, json_object_body)
+from loongsage.agentflow.router.validation import (
+    INT32_MAX,
+    INT64_MAX,
+    INT64_MIN,
+    check_model,
+    expect,
+    get,
+    in_range,
+    join,
+    json_object_body,
+)
 
 ROLE_ALIASES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 TEXT_PART_TYPES = ("text", "input_text", "output_text")

@@ -23,6 +23,7 @@ from loongsage.inference.resumable import UNVERSIONED, Generation, generate_resu
 from loongsage.models import load_tokenizer, resolve_model_path
 from loongsage.sampling import SamplingDefaults
 
+
 class Router:
     """Tokenizer, chat format, engines and the trajectory store; `store.pop(id)` hands a finished
     trajectory to the controller (see export.to_samples). Request handling runs on one event loop."""
