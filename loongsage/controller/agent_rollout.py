@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 
 from loongsage.agentflow.agents import Agent, AgentResult, AgentTask, Endpoint, build_agent
-from loongsage.agentflow.router import Router, RouterConfig, RouterServer, to_samples
+from loongsage.agentflow.router import Router, RouterConfig, RouterServer, SamplingDefaults, to_samples
 from loongsage.agentflow.sandbox import SandboxError, SandboxLimits, create_sandbox
 from loongsage.config import Config
 from loongsage.controller.grading_health import check_grading, mark_grading_error
@@ -45,7 +45,7 @@ class AgentRolloutSource:
         router = Router(RouterConfig(
             model=model_path, engine_urls=tuple(rollout.urls), served_model_names=(cfg.model.name,),
             chat_format=cfg.agent.chat_format, max_context=cfg.rollout.max_context,
-            request_timeout_s=cfg.rollout.request_timeout_s), activity=rollout.activity)
+            request_timeout_s=cfg.rollout.request_timeout_s, sampling=run_sampling(cfg.rollout)), activity=rollout.activity)
         self.server = RouterServer(router)
         self.server.start()
         self._failures = 0  # episodes whose agent raised, over the run
@@ -155,3 +155,10 @@ def _episode_reward(cfg: Config, name: str) -> Reward:
 
 def _is_swe_reward(reward: Reward) -> bool:
     return getattr(reward, "func", reward) is swe_episode_reward
+
+
+def run_sampling(rollout) -> SamplingDefaults:
+    """The run's one sampling block (rollout.*), which the router applies to every episode's
+    requests that do not set their own (agent options may override it)."""
+    return SamplingDefaults(temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
+                            max_new_tokens=rollout.max_new_tokens)

@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from loongsage.algorithms.advantages import grouped_advantages
+from loongsage.algorithms.advantages import get_advantage
 from loongsage.cluster.actor_placement import place_actors
 from loongsage.config import Config
 from loongsage.controller.agent_rollout import AgentRolloutSource
@@ -196,7 +196,7 @@ class Controller:
             first.setdefault(episode, sample)
         rewards = torch.tensor([s.reward for s in first.values()], dtype=torch.float32)
         groups = torch.tensor([s.group_id for s in first.values()])
-        advantages = grouped_advantages(rewards, groups, normalize_std=self.cfg.algorithm.normalize_std)
+        advantages = get_advantage(self.cfg.algorithm.advantage)(rewards, groups, normalize_std=self.cfg.algorithm.normalize_std)
         by_episode = dict(zip(first, advantages.tolist()))
         for sample, episode in zip(samples, episodes):
             sample.advantage = by_episode[episode]
