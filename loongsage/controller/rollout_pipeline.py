@@ -127,8 +127,11 @@ class RolloutPipeline:
                 raise RuntimeError(f"rollout group {index} (item {item.id}) produced no samples")
             oldest, newest = _version_span(samples)
         except Exception as exc:  # reported to the trainer, which stops the run with it
-            if not self.pipeline.closed:  # once closed, the engines going away is what ended it
-                log.exception("rollout group %d failed", index)
+            # One line here: the trainer raises it with this traceback chained, unless it turns out
+            # to be an engine that died (then the run says so in one paragraph). Once closed, the
+            # engines going away is what ended it.
+            if not self.pipeline.closed:
+                log.error("rollout group %d (item %s) failed: %s: %s", index, item.id, type(exc).__name__, exc)
             self.pipeline.fail(exc)
             return
         keep = not self.cfg.filter_zero_variance or _informative(samples)
