@@ -1,8 +1,9 @@
 """LoongSage entry point: compose the config with Hydra, check it, hand it to the controller.
 
-    python launch.py recipe=math_grpo model=tiny run.steps=2 run.dir=/tmp/run
-    python launch.py recipe=math_grpo --cfg job      # print the composed config
+python launch.py recipe=math_grpo model=tiny run.steps=2 run.dir=/tmp/run
+python launch.py recipe=math_grpo --cfg job      # print the composed config
 """
+
 import sys
 
 import hydra

@@ -1,5 +1,6 @@
 """Any ASGI app (the embedded engine, the AgentFlow router, test doubles) served by uvicorn on
 its own thread."""
+
 from __future__ import annotations
 
 import asyncio

@@ -11,6 +11,7 @@ the router and the engine answer with 400 (413 for a body over the size limit).
 NaN, Infinity and huge finite numbers do parse (Python's clients send `NaN` for float('nan')):
 the field checks of each layer refuse them where they matter, naming the field.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -99,13 +100,15 @@ def check_tree(value: Any, max_depth: int = MAX_DEPTH, path: str = "") -> None:
                 raise JsonInputError(f"JSON nested deeper than {max_depth} levels", where or "body")
             if set(map(type, item)) <= _PLAIN_NUMBERS:  # token id lists: no walk in Python
                 continue
-            stack.extend((child, join_path(where, i), depth + 1) for i, child in enumerate(item)
-                         if type(child) not in _PLAIN_NUMBERS)
+            stack.extend(
+                (child, join_path(where, i), depth + 1) for i, child in enumerate(item) if type(child) not in _PLAIN_NUMBERS
+            )
         elif isinstance(item, str):
             _check_text(item, where or "body")
         elif isinstance(item, _LongInt):
-            raise JsonInputError(f"integer literal of {item.digits} digits is too long "
-                                 f"(at most {sys.get_int_max_str_digits()})", where or "body")
+            raise JsonInputError(
+                f"integer literal of {item.digits} digits is too long (at most {sys.get_int_max_str_digits()})", where or "body"
+            )
 
 
 def _check_text(text: str, field: str, is_key: bool = False) -> None:
@@ -115,8 +118,9 @@ def _check_text(text: str, field: str, is_key: bool = False) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         what = f"key {text[:20]!r}{'...' if len(text) > 20 else ''}" if is_key else "text"
-        raise JsonInputError(f"{what} holds {text[exc.start]!r} at position {exc.start}, a lone UTF-16 "
-                             "surrogate that cannot be encoded", field) from None
+        raise JsonInputError(
+            f"{what} holds {text[exc.start]!r} at position {exc.start}, a lone UTF-16 surrogate that cannot be encoded", field
+        ) from None
 
 
 def _nesting(raw: bytes) -> int:

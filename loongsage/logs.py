@@ -12,6 +12,7 @@ so that its status messages go to stderr too and its stdout stays parseable.
 The progress lines (`step 3/50 | reward ...`, `warm start 2/8 ...`) are not log records: they
 are the run's terminal display, printed to stderr as they are.
 """
+
 from __future__ import annotations
 
 import logging

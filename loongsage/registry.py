@@ -4,6 +4,7 @@
 Every extension point is one `Registry`; a second entry under a taken name is refused,
 because the later import silently winning is how a plugin ends up never being called.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -23,14 +24,17 @@ class Registry(Mapping[str, T], Generic[T]):
     def register(self, name: str, entry: T | None = None):
         """`registry.register("name", obj)`, or `@registry.register("name")` as a decorator."""
         if entry is None:
+
             def decorate(obj: T) -> T:
                 self.register(name, obj)
                 return obj
 
             return decorate
         if name in self._entries:
-            raise ValueError(f"{self.kind} {name!r} is already registered ({_where(self._entries[name])}); "
-                             f"refusing {_where(entry)} under the same name")
+            raise ValueError(
+                f"{self.kind} {name!r} is already registered ({_where(self._entries[name])}); "
+                f"refusing {_where(entry)} under the same name"
+            )
         self._entries[name] = entry
         return entry
 
@@ -60,8 +64,7 @@ def resolve(registry: Mapping[str, Callable[..., Any]], name_or_path: str, kind:
         return registry[name_or_path]
     if ":" not in name_or_path:
         raise ValueError(
-            f"unknown {kind} {name_or_path!r}; known: {', '.join(sorted(registry))}, "
-            f"or an import path 'package.module:attribute'"
+            f"unknown {kind} {name_or_path!r}; known: {', '.join(sorted(registry))}, or an import path 'package.module:attribute'"
         )
     module_name, _, attribute = name_or_path.partition(":")
     try:

@@ -1,4 +1,5 @@
 """The unit of data that flows from rollout to training."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,4 +1,5 @@
 """Shared fixtures: the tiny model, and one real local Ray runtime for integration tests."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Random training samples for trainer tests."""
+
 from __future__ import annotations
 
 import random

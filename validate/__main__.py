@@ -3,6 +3,7 @@
 Exit 0 when the run's reward curve sits inside its recipe's reference band, 1 when not;
 a PNG of run vs band is written into the run dir either way.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,8 +60,10 @@ def _run_config(run_dir: Path) -> dict:
 
 def _report(reference: dict, result: dict, png: Path) -> None:
     verdict = "PASS" if result["passed"] else "FAIL"
-    print(f"{verdict}: {result['inside_frac']:.0%} of {result['steps']} steps inside the {reference['recipe']} band "
-          f"(need {reference['min_inside_frac']:.0%})")
+    print(
+        f"{verdict}: {result['inside_frac']:.0%} of {result['steps']} steps inside the {reference['recipe']} band "
+        f"(need {reference['min_inside_frac']:.0%})"
+    )
     if result["missing_steps"]:
         print(f"  missing steps: {result['missing_steps']}")
     if result["outside_steps"]:

@@ -7,6 +7,7 @@ half-width is the sampling error of such an average (`z` standard errors of the 
 `samples_per_step * window` Bernoulli-like rewards), plus the widest distance of any
 recorded run from the center (seed-to-seed spread), plus a small floor.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,7 +21,9 @@ def moving_average(values: list[float], window: int) -> list[float]:
     return out
 
 
-def make_band(runs: list[list[float]], samples_per_step: int, window: int, z: float, floor: float) -> tuple[list[float], list[float], list[float]]:
+def make_band(
+    runs: list[list[float]], samples_per_step: int, window: int, z: float, floor: float
+) -> tuple[list[float], list[float], list[float]]:
     """`runs`: per-step rewards of each recorded run, all over the same steps."""
     averages = [moving_average(rewards, window) for rewards in runs]
     center = [sum(column) / len(column) for column in zip(*averages)]

@@ -1,4 +1,5 @@
 """PNG of a run's smoothed reward against the reference band."""
+
 from __future__ import annotations
 
 from pathlib import Path

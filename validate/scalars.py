@@ -1,4 +1,5 @@
 """Read scalar curves back out of a run's TensorBoard files."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,5 +1,6 @@
 """Pure tensor functions for RL post-training: advantages, policy losses, KL, off-policy
 corrections."""
+
 from __future__ import annotations
 
 from loongsage.algorithms.advantages import group_reward_std, grpo_advantages, informative_groups

@@ -9,6 +9,7 @@ pi_prox / pi_behav computed here.
 All per-token tensors are [B, T]; `mask` is 1 where a token is trained. Pure tensor code:
 no Ray, HTTP or config.
 """
+
 from __future__ import annotations
 
 import torch

@@ -1,6 +1,7 @@
 """python -m loongsage.bench <name> [args]: run a benchmark that measures the baseline and
 ours in turns (`--repeats` interleaved pairs, see repeat.py) and prints the median ratio and
 its range; `async --simulate` is a deterministic model and runs once."""
+
 from __future__ import annotations
 
 import importlib

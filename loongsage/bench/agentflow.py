@@ -16,6 +16,7 @@ router, whose ids the direct passes replay, and then direct, so that neither sid
 pass is the first of its kind in this process. Per side, a pass's figure is its mean latency per
 turn; printed are the medians over the passes and the median and range of the pairs' ratios.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,13 +44,17 @@ def main(argv: list[str]) -> int:
     model_path = resolve_model_path(args.model)
     engine_cfg = {"max_running": args.conversations, "max_context": 2048, "num_threads": args.threads or None}
     engine, engine_url = _start_engine_process(model_path, engine_cfg)
-    router = Router(RouterConfig(model=str(model_path), engine_urls=(engine_url,), served_model_names=("bench",)),
-                    tokenizer=load_tokenizer(model_path))
+    router = Router(
+        RouterConfig(model=str(model_path), engine_urls=(engine_url,), served_model_names=("bench",)),
+        tokenizer=load_tokenizer(model_path),
+    )
     server = RouterServer(router)
     server.start()
     engine_client = EngineClient(engine_url)
-    print(f"model={args.model} conversations={args.conversations} turns={args.turns} "
-          f"max_tokens={args.max_tokens} engine threads={args.threads or 'default'} repeats={args.repeats}")
+    print(
+        f"model={args.model} conversations={args.conversations} turns={args.turns} "
+        f"max_tokens={args.max_tokens} engine threads={args.threads or 'default'} repeats={args.repeats}"
+    )
     try:
         bench = Bench(args, server, engine_client)
         asyncio.run(bench.through_router("warmup"))
@@ -74,12 +79,16 @@ def main(argv: list[str]) -> int:
     _report("  of which engine", inside_s)
     added = [statistics.mean(r - e for r, e in zip(*run)) for run in router_runs]
     share = [a / statistics.mean(e) for a, (_, e) in zip(added, router_runs)]
-    print(f"router's own time per turn: {statistics.median(added) * 1e3:.1f} ms "
-          f"({100 * statistics.median(share):.1f}% of the engine time of the same turns; "
-          f"ms {runs_note([a * 1e3 for a in added])})")
+    print(
+        f"router's own time per turn: {statistics.median(added) * 1e3:.1f} ms "
+        f"({100 * statistics.median(share):.1f}% of the engine time of the same turns; "
+        f"ms {runs_note([a * 1e3 for a in added])})"
+    )
     ratios = pair_ratios([statistics.mean(r) for r in router_s], [statistics.mean(d) for d in direct_runs])
-    print(f"{ratio_line('router / engine latency per turn', ratios, digits=3)}  "
-          f"(added latency {100 * (statistics.median(ratios) - 1):+.1f}%)")
+    print(
+        f"{ratio_line('router / engine latency per turn', ratios, digits=3)}  "
+        f"(added latency {100 * (statistics.median(ratios) - 1):+.1f}%)"
+    )
     return 0
 
 
@@ -87,8 +96,10 @@ def _report(name: str, passes: list[list[float]]) -> None:
     """Per pass the mean latency of its turns; printed: the median pass, each pass, and the median turn."""
     means = [statistics.mean(seconds) * 1e3 for seconds in passes]
     every_turn = [s for seconds in passes for s in seconds]
-    print(f"{name:18s}: {statistics.median(means):8.1f} ms per turn (pass means, {runs_note(means)}; "
-          f"median turn {statistics.median(every_turn) * 1e3:.1f}, {len(passes[0])} turns a pass)")
+    print(
+        f"{name:18s}: {statistics.median(means):8.1f} ms per turn (pass means, {runs_note(means)}; "
+        f"median turn {statistics.median(every_turn) * 1e3:.1f}, {len(passes[0])} turns a pass)"
+    )
 
 
 def _start_engine_process(model_path, engine_cfg: dict):
@@ -116,9 +127,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--conversations", type=int, default=32)
     parser.add_argument("--turns", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="the engine's torch threads (default 1: on a small machine the router and the "
-                             "agents need a core too; 0 = torch default)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="the engine's torch threads (default 1: on a small machine the router and the "
+        "agents need a core too; 0 = torch default)",
+    )
     add_repeats_argument(parser, "--rounds")
     return parser.parse_args(argv)
 
@@ -144,8 +159,14 @@ class Bench:
         messages = [{"role": "user", "content": f"Tell me about {TOPICS[conversation % len(TOPICS)]}."}]
         seconds = []
         for turn in range(self.args.turns):
-            body = {"model": "bench", "messages": messages, "max_tokens": self.args.max_tokens, "temperature": 1.0,
-                    "ignore_eos": True, "seed": self._seed(conversation, turn)}
+            body = {
+                "model": "bench",
+                "messages": messages,
+                "max_tokens": self.args.max_tokens,
+                "temperature": 1.0,
+                "ignore_eos": True,
+                "seed": self._seed(conversation, turn),
+            }
             start = time.perf_counter()
             response = await client.post(url, json=body)
             seconds.append(time.perf_counter() - start)
@@ -163,8 +184,11 @@ class Bench:
 
     def engine_seconds(self, tag: str) -> list[float]:
         """Per turn, in the order `through_router` returns its latencies: the router's wait on the engine."""
-        return [t.engine_seconds for c in range(self.args.conversations)
-                for t in self.router.store.get(f"{tag}-{c}").branches[0].turns]
+        return [
+            t.engine_seconds
+            for c in range(self.args.conversations)
+            for t in self.router.store.get(f"{tag}-{c}").branches[0].turns
+        ]
 
     async def direct(self, turns: list[list[tuple[list[int], list[int]]]]) -> list[float]:
         self.engine.flush_cache()
@@ -174,14 +198,20 @@ class Bench:
     async def _replay(self, conversation: int, chat: list[tuple[list[int], list[int]]]) -> list[float]:
         seconds = []
         for turn, (prompt_ids, output_ids) in enumerate(chat):
-            params = {"temperature": 1.0, "max_new_tokens": self.args.max_tokens, "ignore_eos": True,
-                      "sampling_seed": self._seed(conversation, turn)}
+            params = {
+                "temperature": 1.0,
+                "max_new_tokens": self.args.max_tokens,
+                "ignore_eos": True,
+                "sampling_seed": self._seed(conversation, turn),
+            }
             start = time.perf_counter()
             out = await self.engine.agenerate(input_ids=prompt_ids, sampling_params=params, return_logprob=True)
             seconds.append(time.perf_counter() - start)
             if out["output_ids"] != output_ids:
-                raise RuntimeError(f"conversation {conversation} turn {turn}: the engine sampled other ids directly "
-                                   "than through the router; the comparison would not be like for like")
+                raise RuntimeError(
+                    f"conversation {conversation} turn {turn}: the engine sampled other ids directly "
+                    "than through the router; the comparison would not be like for like"
+                )
         return seconds
 
     def check_same_outputs(self, turns, tag: str) -> None:

@@ -98,6 +98,7 @@ prefill), linear trainer scaling. The ratio depends most on batch size per engin
 tail, and the rollout / trainer split (`--rollout-gpus`); larger batches per step make the
 synchronous rollout more efficient and shrink the gain.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -146,8 +147,9 @@ class SimConfig:
         gpus = self.rollout_gpus if self.rollout_gpus is not None else (self.gpus * 3 // 4)
         gpus -= gpus % self.tp
         if not self.tp <= gpus < self.gpus:
-            raise ValueError(f"rollout_gpus={gpus} (tp={self.tp}) must leave at least one engine and one trainer GPU "
-                             f"out of gpus={self.gpus}")
+            raise ValueError(
+                f"rollout_gpus={gpus} (tp={self.tp}) must leave at least one engine and one trainer GPU out of gpus={self.gpus}"
+            )
         return gpus
 
     def validate(self) -> None:
@@ -174,7 +176,7 @@ class Workload:
         self.rng = random.Random(cfg.seed)
         self.groups: list[list[int]] = []
         mu = math.log(cfg.median_len)
-        self.constant_len = max(1, min(cfg.max_new_tokens, round(math.exp(mu + cfg.sigma ** 2 / 2))))
+        self.constant_len = max(1, min(cfg.max_new_tokens, round(math.exp(mu + cfg.sigma**2 / 2))))
 
     def lengths(self, index: int) -> list[int]:
         while len(self.groups) <= index:
@@ -286,8 +288,7 @@ class ModeResult:
 class Simulation:
     """One run. `colocated`: engines and trainer share all GPUs (sync); else disaggregated."""
 
-    def __init__(self, cfg: SimConfig, *, colocated: bool, window: str, max_staleness: int,
-                 workload: Workload | None = None):
+    def __init__(self, cfg: SimConfig, *, colocated: bool, window: str, max_staleness: int, workload: Workload | None = None):
         cfg.validate()
         self.cfg = cfg
         self.colocated = colocated
@@ -296,11 +297,19 @@ class Simulation:
         self.trainer_gpus = cfg.gpus if colocated else cfg.gpus - self.rollout_gpus
         self.engines = [Engine(cfg) for _ in range(self.rollout_gpus // cfg.tp)]
         self.slots = len(self.engines) * cfg.max_running
-        self.buffer = PipelineBuffer(build_window(window, cfg.prompts, max_staleness),
-                                     max_inflight=max(1, self.slots // cfg.group))
+        self.buffer = PipelineBuffer(
+            build_window(window, cfg.prompts, max_staleness), max_inflight=max(1, self.slots // cfg.group)
+        )
         self.sync_s = cfg.colocate_switch_s if colocated else cfg.weight_sync_s
-        self.result = ModeResult("sync" if colocated else "async", window, max_staleness, len(self.engines),
-                                 self.rollout_gpus, self.trainer_gpus, cfg.steps)
+        self.result = ModeResult(
+            "sync" if colocated else "async",
+            window,
+            max_staleness,
+            len(self.engines),
+            self.rollout_gpus,
+            self.trainer_gpus,
+            cfg.steps,
+        )
         self.now = 0.0
         self.version = 0
         self.published = 0
@@ -379,8 +388,9 @@ class Simulation:
             group.remaining -= 1
             if group.remaining == 0:
                 del self.groups[group.index]
-                self.buffer.finish(FinishedGroup(group.index, group.version, self.version, payload=group.tokens,
-                                                 num_samples=self.cfg.group))
+                self.buffer.finish(
+                    FinishedGroup(group.index, group.version, self.version, payload=group.tokens, num_samples=self.cfg.group)
+                )
         engine.refresh()
 
     # -- training ---------------------------------------------------------------------------
@@ -440,8 +450,10 @@ class Simulation:
 
     def _describe(self) -> str:
         b = self.buffer
-        return (f"version {self.version}, {b.running} running, {len(b.ready)} ready, {b.trained} trained, "
-                f"{b.dropped_stale} dropped, trainer {self.trainer_state}")
+        return (
+            f"version {self.version}, {b.running} running, {len(b.ready)} ready, {b.trained} trained, "
+            f"{b.dropped_stale} dropped, trainer {self.trainer_state}"
+        )
 
 
 def simulate(cfg: SimConfig, *, window: str | None = None, max_staleness: int | None = None) -> dict[str, ModeResult]:
@@ -449,9 +461,13 @@ def simulate(cfg: SimConfig, *, window: str | None = None, max_staleness: int | 
     cfg.validate()
     workload = Workload(cfg)
     sync = Simulation(cfg, colocated=True, window="window_gated", max_staleness=0, workload=workload).run()
-    asyn = Simulation(cfg, colocated=False, window=window or cfg.window,
-                      max_staleness=cfg.max_staleness if max_staleness is None else max_staleness,
-                      workload=workload).run()
+    asyn = Simulation(
+        cfg,
+        colocated=False,
+        window=window or cfg.window,
+        max_staleness=cfg.max_staleness if max_staleness is None else max_staleness,
+        workload=workload,
+    ).run()
     return {"sync": sync, "async": asyn}
 
 
@@ -465,23 +481,37 @@ def main(argv: list[str]) -> int:
         return 2
     sync, asyn = results["sync"], results["async"]
     mean_len = Workload(cfg).mean_len(cfg.prompts * cfg.steps)
-    print(f"cluster: {cfg.gpus} GPUs, tp={cfg.tp}; sync colocated {sync.engines} engines + {sync.trainer_gpus} trainer "
-          f"GPUs in turns; async {asyn.engines} engines ({asyn.rollout_gpus} GPUs) + {asyn.trainer_gpus} trainer GPUs")
-    print(f"workload: {cfg.steps} steps x {cfg.prompts} prompts x {cfg.group} samples, lengths={cfg.lengths} "
-          f"(mean {mean_len:.0f}, cap {cfg.max_new_tokens}), async window={cfg.window} max_staleness={cfg.max_staleness}")
+    print(
+        f"cluster: {cfg.gpus} GPUs, tp={cfg.tp}; sync colocated {sync.engines} engines + {sync.trainer_gpus} trainer "
+        f"GPUs in turns; async {asyn.engines} engines ({asyn.rollout_gpus} GPUs) + {asyn.trainer_gpus} trainer GPUs"
+    )
+    print(
+        f"workload: {cfg.steps} steps x {cfg.prompts} prompts x {cfg.group} samples, lengths={cfg.lengths} "
+        f"(mean {mean_len:.0f}, cap {cfg.max_new_tokens}), async window={cfg.window} max_staleness={cfg.max_staleness}"
+    )
     for r in (sync, asyn):
-        print(f"{r.mode:5s}: wall {r.wall_s:9.1f} s ({r.wall_s / r.steps:6.1f} s/step)  gpu_util {r.gpu_util:5.1%}  "
-              f"trainer_idle {r.trainer_idle_ratio:5.1%}  rollout_idle {r.rollout_idle_ratio:5.1%}  "
-              f"staleness mean {r.staleness_mean:.2f} max {r.staleness_max}  dropped {r.dropped_groups}  "
-              f"rollout {r.rollout_tok_per_gpu_s:6.0f} tok/GPU/s  trained {r.trained_tokens / r.steps / 1e6:.2f}M tok/step")
+        print(
+            f"{r.mode:5s}: wall {r.wall_s:9.1f} s ({r.wall_s / r.steps:6.1f} s/step)  gpu_util {r.gpu_util:5.1%}  "
+            f"trainer_idle {r.trainer_idle_ratio:5.1%}  rollout_idle {r.rollout_idle_ratio:5.1%}  "
+            f"staleness mean {r.staleness_mean:.2f} max {r.staleness_max}  dropped {r.dropped_groups}  "
+            f"rollout {r.rollout_tok_per_gpu_s:6.0f} tok/GPU/s  trained {r.trained_tokens / r.steps / 1e6:.2f}M tok/step"
+        )
     ratio = sync.wall_s / asyn.wall_s
     token_ratio = (asyn.trained_tokens / asyn.wall_s) / (sync.trained_tokens / sync.wall_s)
-    print(f"ratio (sync wall / async wall): {ratio:.2f}x   trained-token throughput ratio (async / sync): "
-          f"{token_ratio:.2f}x")
+    print(f"ratio (sync wall / async wall): {ratio:.2f}x   trained-token throughput ratio (async / sync): {token_ratio:.2f}x")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"config": asdict(cfg), "ratio": ratio, "token_ratio": token_ratio,
-                       "sync": _public(sync), "async": _public(asyn)}, f, indent=2)
+            json.dump(
+                {
+                    "config": asdict(cfg),
+                    "ratio": ratio,
+                    "token_ratio": token_ratio,
+                    "sync": _public(sync),
+                    "async": _public(asyn),
+                },
+                f,
+                indent=2,
+            )
         print(f"wrote {args.json}")
     return 0
 

@@ -24,6 +24,7 @@ run.placement=auto, sync trains on every core (colocate) while fully_async gives
 its own share of them (disaggregated: one core of two here), so its training takes longer;
 the loop time falls by as much as the hidden waiting exceeds that, which the step split shows.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,31 +50,46 @@ def main(argv: list[str]) -> int:
     args = _parse(argv)
     fully_async = ["run.mode=fully_async", f"pipeline.window={args.window}", f"pipeline.max_staleness={args.max_staleness}"]
     with tempfile.TemporaryDirectory(prefix="loongsage-bench-async-") as tmp:
-        sync_runs, fully_runs = interleaved(lambda i: _run(args, Path(tmp) / f"sync-{i}", ["run.mode=sync"]),
-                                            lambda i: _run(args, Path(tmp) / f"fully_async-{i}", fully_async),
-                                            args.repeats)
+        sync_runs, fully_runs = interleaved(
+            lambda i: _run(args, Path(tmp) / f"sync-{i}", ["run.mode=sync"]),
+            lambda i: _run(args, Path(tmp) / f"fully_async-{i}", fully_async),
+            args.repeats,
+        )
     sync, fully = _medians(sync_runs), _medians(fully_runs)
-    print(f"model={args.model} steps={args.steps} batch={args.prompts}x{args.group} episodes of {args.turns} turns; "
-          f"fully_async: window={args.window} max_staleness={args.max_staleness}; "
-          f"medians over {args.repeats} run(s) of each mode, interleaved")
-    print(f"{'mode':12s} {'loop s':>8s} {'s/step':>7s} {'trainer idle':>13s} {'rollout idle':>13s} {'staleness':>10s} "
-          f"{'reward':>7s}")
+    print(
+        f"model={args.model} steps={args.steps} batch={args.prompts}x{args.group} episodes of {args.turns} turns; "
+        f"fully_async: window={args.window} max_staleness={args.max_staleness}; "
+        f"medians over {args.repeats} run(s) of each mode, interleaved"
+    )
+    print(
+        f"{'mode':12s} {'loop s':>8s} {'s/step':>7s} {'trainer idle':>13s} {'rollout idle':>13s} {'staleness':>10s} "
+        f"{'reward':>7s}"
+    )
     for name, row in (("sync", sync), ("fully_async", fully)):
-        print(f"{name:12s} {row['loop_s']:8.1f} {row['loop_s'] / args.steps:7.2f} {row['trainer_idle']:13.2f} "
-              f"{row['rollout_idle']:13.2f} {row['staleness']:10.2f} {row['reward']:7.3f}")
+        print(
+            f"{name:12s} {row['loop_s']:8.1f} {row['loop_s'] / args.steps:7.2f} {row['trainer_idle']:13.2f} "
+            f"{row['rollout_idle']:13.2f} {row['staleness']:10.2f} {row['reward']:7.3f}"
+        )
     print("where a step's time goes (mean per step; medians over the runs):")
     for name, row, runs in (("sync", sync, sync_runs), ("fully_async", fully, fully_runs)):
-        print(f"  {name:12s} waiting for rollout {row['wait_s']:6.2f} s + train {row['train_s']:6.2f} s + "
-              f"weight sync {row['sync_s']:5.2f} s  (loop s {runs_note([r['loop_s'] for r in runs])})")
-    print(ratio_line("sync / fully_async loop time", pair_ratios([r["loop_s"] for r in sync_runs],
-                                                                 [r["loop_s"] for r in fully_runs])))
-    print(f"where it comes from: in sync the trainer idles {sync['trainer_idle']:.0%} of each step, waiting for the "
-          f"slowest episode's tool calls, and the engines idle {sync['rollout_idle']:.0%} (tools running, or training); "
-          f"fully_async trains on the first groups to finish while up to {1 + args.max_staleness} batches of episodes run, "
-          f"so the trainer idles {fully['trainer_idle']:.0%} and the engines {fully['rollout_idle']:.0%}, with trainer and "
-          f"engines on their own cores (run.placement=auto): the wait per step falls {sync['wait_s']:.2f} -> "
-          f"{fully['wait_s']:.2f} s and training, on fewer cores and beside the rollout, takes "
-          f"{fully['train_s']:.2f} s instead of {sync['train_s']:.2f} s")
+        print(
+            f"  {name:12s} waiting for rollout {row['wait_s']:6.2f} s + train {row['train_s']:6.2f} s + "
+            f"weight sync {row['sync_s']:5.2f} s  (loop s {runs_note([r['loop_s'] for r in runs])})"
+        )
+    print(
+        ratio_line(
+            "sync / fully_async loop time", pair_ratios([r["loop_s"] for r in sync_runs], [r["loop_s"] for r in fully_runs])
+        )
+    )
+    print(
+        f"where it comes from: in sync the trainer idles {sync['trainer_idle']:.0%} of each step, waiting for the "
+        f"slowest episode's tool calls, and the engines idle {sync['rollout_idle']:.0%} (tools running, or training); "
+        f"fully_async trains on the first groups to finish while up to {1 + args.max_staleness} batches of episodes run, "
+        f"so the trainer idles {fully['trainer_idle']:.0%} and the engines {fully['rollout_idle']:.0%}, with trainer and "
+        f"engines on their own cores (run.placement=auto): the wait per step falls {sync['wait_s']:.2f} -> "
+        f"{fully['wait_s']:.2f} s and training, on fewer cores and beside the rollout, takes "
+        f"{fully['train_s']:.2f} s instead of {sync['train_s']:.2f} s"
+    )
     return 0
 
 
@@ -94,16 +110,31 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def _run(args: argparse.Namespace, run_dir: Path, mode: list[str]) -> dict[str, float]:
     episodes = args.prompts * args.group * (1 + args.max_staleness)
     overrides = [
-        "recipe=math_grpo", f"model={args.model}", f"run.dir={run_dir}", f"run.steps={args.steps}", f"run.seed={args.seed}",
-        f"run.save_every={args.steps + 1}", f"rollout.prompts_per_step={args.prompts}", f"rollout.group_size={args.group}",
-        "rollout.max_context=1024", f"trainer.micro_batch_size={args.group}", "trainer.lr=1e-5",
-        f"agent.name={WORKLOAD}:LatencyAgent", f"agent.max_concurrent={episodes}", f"rollout.max_running={episodes}",
-        f"data.source={WORKLOAD}:latency_tasks", f"+data.options.turns={args.turns}",
-        f"data.reward={WORKLOAD}:e_fraction_reward", "data.system_prompt=null", "logging.progress=false", *mode,
+        "recipe=math_grpo",
+        f"model={args.model}",
+        f"run.dir={run_dir}",
+        f"run.steps={args.steps}",
+        f"run.seed={args.seed}",
+        f"run.save_every={args.steps + 1}",
+        f"rollout.prompts_per_step={args.prompts}",
+        f"rollout.group_size={args.group}",
+        "rollout.max_context=1024",
+        f"trainer.micro_batch_size={args.group}",
+        "trainer.lr=1e-5",
+        f"agent.name={WORKLOAD}:LatencyAgent",
+        f"agent.max_concurrent={episodes}",
+        f"rollout.max_running={episodes}",
+        f"data.source={WORKLOAD}:latency_tasks",
+        f"+data.options.turns={args.turns}",
+        f"data.reward={WORKLOAD}:e_fraction_reward",
+        "data.system_prompt=null",
+        "logging.progress=false",
+        *mode,
     ]
     log.info("bench async: running %s (%s)", run_dir.name, mode[0])
-    result = subprocess.run([sys.executable, "launch.py", *overrides], cwd=Path(__file__).resolve().parents[2],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "launch.py", *overrides], cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True
+    )
     if result.returncode != 0:
         raise SystemExit(f"the {mode[0]} run failed:\n{result.stderr[-3000:]}")
     return _summary(run_dir)
@@ -122,10 +153,16 @@ def _summary(run_dir: Path) -> dict[str, float]:
         found = values(tag)
         return sum(found) / len(found)
 
-    return {"loop_s": sum(values("timing/step_s")), "trainer_idle": mean("async/trainer_idle_ratio"),
-            "rollout_idle": mean("async/rollout_idle_ratio"), "staleness": mean("async/staleness_mean"),
-            "reward": mean("rollout/reward_mean"), "wait_s": mean("timing/rollout_s"),
-            "train_s": mean("timing/train_s"), "sync_s": mean("timing/weight_sync_s")}
+    return {
+        "loop_s": sum(values("timing/step_s")),
+        "trainer_idle": mean("async/trainer_idle_ratio"),
+        "rollout_idle": mean("async/rollout_idle_ratio"),
+        "staleness": mean("async/staleness_mean"),
+        "reward": mean("rollout/reward_mean"),
+        "wait_s": mean("timing/rollout_s"),
+        "train_s": mean("timing/train_s"),
+        "sync_s": mean("timing/weight_sync_s"),
+    }
 
 
 def _medians(runs: list[dict[str, float]]) -> dict[str, float]:

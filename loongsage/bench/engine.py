@@ -18,11 +18,12 @@ run warm while the other's reload; the first pair pays for each side's first ful
 (allocator growth) on both sides alike. The engine's prompt cache is flushed before each of
 its passes, so no pass reuses the last one's prefixes.
 """
+
 from __future__ import annotations
 
 import argparse
-import copy
 import asyncio
+import copy
 import math
 import random
 import statistics
@@ -38,18 +39,38 @@ from loongsage.inference.embedded.server import EmbeddedServer
 from loongsage.models import load_tokenizer, resolve_model_path
 
 QUESTIONS = [
-    "What is 17 times 23?", "Name three primary colors.", "Write a haiku about autumn.",
-    "Explain what a prime number is.", "What is the capital of France?", "Give me a synonym for happy.",
-    "How many legs does a spider have?", "Summarize the plot of Cinderella in two sentences.",
-    "What is the boiling point of water in Celsius?", "Translate 'good morning' into Spanish.",
-    "List four planets of the solar system.", "Why is the sky blue?", "What is 144 divided by 12?",
-    "Write a short greeting for a birthday card.", "What does a thermometer measure?",
-    "Name a mammal that can fly.", "What is the square root of 81?", "Describe a cat in one sentence.",
-    "What is photosynthesis?", "Who wrote Romeo and Juliet?", "Give an example of a verb.",
-    "How many days are in a leap year?", "What is the largest ocean on Earth?",
-    "Suggest a name for a pet goldfish.", "What is 5 factorial?", "Tell me a fun fact about octopuses.",
-    "What language is spoken in Brazil?", "Convert 3 kilometers to meters.", "What is an adjective?",
-    "Name two instruments in an orchestra.", "What causes rain?", "Write one sentence about the moon.",
+    "What is 17 times 23?",
+    "Name three primary colors.",
+    "Write a haiku about autumn.",
+    "Explain what a prime number is.",
+    "What is the capital of France?",
+    "Give me a synonym for happy.",
+    "How many legs does a spider have?",
+    "Summarize the plot of Cinderella in two sentences.",
+    "What is the boiling point of water in Celsius?",
+    "Translate 'good morning' into Spanish.",
+    "List four planets of the solar system.",
+    "Why is the sky blue?",
+    "What is 144 divided by 12?",
+    "Write a short greeting for a birthday card.",
+    "What does a thermometer measure?",
+    "Name a mammal that can fly.",
+    "What is the square root of 81?",
+    "Describe a cat in one sentence.",
+    "What is photosynthesis?",
+    "Who wrote Romeo and Juliet?",
+    "Give an example of a verb.",
+    "How many days are in a leap year?",
+    "What is the largest ocean on Earth?",
+    "Suggest a name for a pet goldfish.",
+    "What is 5 factorial?",
+    "Tell me a fun fact about octopuses.",
+    "What language is spoken in Brazil?",
+    "Convert 3 kilometers to meters.",
+    "What is an adjective?",
+    "Name two instruments in an orchestra.",
+    "What causes rain?",
+    "Write one sentence about the moon.",
 ]
 
 
@@ -61,9 +82,11 @@ def main(argv: list[str]) -> int:
     tokenizer = load_tokenizer(model_path)
     prompts = [_chat_prompt(tokenizer, QUESTIONS[i % len(QUESTIONS)]) for i in range(args.prompts)]
     lengths = output_lengths(len(prompts), args.max_new_tokens, args.seed)
-    print(f"model={args.model} prompts={len(prompts)} output tokens={sum(lengths)} "
-          f"(per prompt {min(lengths)}-{max(lengths)}, median {sorted(lengths)[len(lengths) // 2]}) "
-          f"threads={torch.get_num_threads()} repeats={args.repeats}")
+    print(
+        f"model={args.model} prompts={len(prompts)} output tokens={sum(lengths)} "
+        f"(per prompt {min(lengths)}-{max(lengths)}, median {sorted(lengths)[len(lengths) // 2]}) "
+        f"threads={torch.get_num_threads()} repeats={args.repeats}"
+    )
 
     engine = _EngineSide(model_path, prompts, lengths, args)
     try:
@@ -74,16 +97,17 @@ def main(argv: list[str]) -> int:
 
     _report("embedded engine", engine_runs)
     _report("transformers", hf_runs)
-    print(ratio_line("engine / transformers tokens/s", pair_ratios([t / s for t, s in engine_runs],
-                                                                   [t / s for t, s in hf_runs])))
+    print(ratio_line("engine / transformers tokens/s", pair_ratios([t / s for t, s in engine_runs], [t / s for t, s in hf_runs])))
     return 0
 
 
 def _report(name: str, runs: list[tuple[int, float]]) -> None:
     """Tokens are the same every pass (fixed lengths); seconds and tokens/s are medians over the passes."""
     rates = [t / s for t, s in runs]
-    print(f"{name:16s}: {runs[0][0]:6d} tokens in {statistics.median(s for _, s in runs):7.2f} s = "
-          f"{statistics.median(rates):8.1f} tokens/s (tokens/s {runs_note(rates)})")
+    print(
+        f"{name:16s}: {runs[0][0]:6d} tokens in {statistics.median(s for _, s in runs):7.2f} s = "
+        f"{statistics.median(rates):8.1f} tokens/s (tokens/s {runs_note(rates)})"
+    )
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -115,8 +139,7 @@ class _EngineSide:
 
     def __init__(self, model_path, prompts: list[list[int]], lengths: list[int], args):
         self.prompts, self.lengths = prompts, lengths
-        cfg = {"max_running": len(prompts), "max_context": 2048, "seed": args.seed,
-               "num_threads": args.threads or None}
+        cfg = {"max_running": len(prompts), "max_context": 2048, "seed": args.seed, "num_threads": args.threads or None}
         self.server = EmbeddedServer(Engine(model_path, cfg))
         self.client = EngineClient(self.server.start())
         self.params = {"temperature": 1.0, "top_p": 1.0, "ignore_eos": True}
@@ -134,9 +157,12 @@ class _EngineSide:
         return sum(len(o["output_ids"]) for o in outputs), elapsed
 
     async def _all(self, batch: list[list[int]], batch_lengths: list[int]):
-        return await asyncio.gather(*(
-            self.client.agenerate(input_ids=p, sampling_params={**self.params, "max_new_tokens": n})
-            for p, n in zip(batch, batch_lengths)))
+        return await asyncio.gather(
+            *(
+                self.client.agenerate(input_ids=p, sampling_params={**self.params, "max_new_tokens": n})
+                for p, n in zip(batch, batch_lengths)
+            )
+        )
 
     def close(self) -> None:
         self.client.close()
@@ -154,15 +180,21 @@ class _HFSide:
         self.attention_mask = torch.tensor([[0] * (self.width - len(p)) + [1] * len(p) for p in prompts])
         self.lengths, self.seed = lengths, args.seed
         with torch.inference_mode():  # warm-up
-            self.model.generate(input_ids=self.input_ids[:2], attention_mask=self.attention_mask[:2],
-                                generation_config=_sampling_config(self.model, self.pad_id, 4))
+            self.model.generate(
+                input_ids=self.input_ids[:2],
+                attention_mask=self.attention_mask[:2],
+                generation_config=_sampling_config(self.model, self.pad_id, 4),
+            )
 
     def run(self) -> tuple[int, float]:
         torch.manual_seed(self.seed)
         with torch.inference_mode():
             start = time.perf_counter()
-            out = self.model.generate(input_ids=self.input_ids, attention_mask=self.attention_mask,
-                                      generation_config=_sampling_config(self.model, self.pad_id, max(self.lengths)))
+            out = self.model.generate(
+                input_ids=self.input_ids,
+                attention_mask=self.attention_mask,
+                generation_config=_sampling_config(self.model, self.pad_id, max(self.lengths)),
+            )
             elapsed = time.perf_counter() - start
         generated = out.shape[1] - self.width
         return sum(min(n, generated) for n in self.lengths), elapsed
@@ -170,6 +202,7 @@ class _HFSide:
 
 def _sampling_config(model, pad_id: int, max_new_tokens: int):
     config = copy.deepcopy(model.generation_config)
-    config.update(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, pad_token_id=pad_id,
-                  max_new_tokens=max_new_tokens, eos_token_id=None)  # ignore EOS, as the engine requests do
+    config.update(
+        do_sample=True, temperature=1.0, top_p=1.0, top_k=0, pad_token_id=pad_id, max_new_tokens=max_new_tokens, eos_token_id=None
+    )  # ignore EOS, as the engine requests do
     return config

@@ -6,6 +6,7 @@ ours, ...) puts each pair close together in time, so a pair's ratio sees the sam
 both sides; the median of the pairs' ratios ignores an odd pair, and the range of the
 ratios says how far one run can be trusted.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,13 +20,17 @@ Ours = TypeVar("Ours")
 
 def add_repeats_argument(parser: argparse.ArgumentParser, *aliases: str, default: int = 3) -> None:
     """`--repeats N` (and any older names of it): interleaved runs of each side, at least 1."""
-    parser.add_argument("--repeats", *aliases, dest="repeats", type=_at_least_one, default=default,
-                        help=f"interleaved runs of each side, base first (default {default}); "
-                             "the ratio printed is the median of the pairs'")
+    parser.add_argument(
+        "--repeats",
+        *aliases,
+        dest="repeats",
+        type=_at_least_one,
+        default=default,
+        help=f"interleaved runs of each side, base first (default {default}); the ratio printed is the median of the pairs'",
+    )
 
 
-def interleaved(baseline: Callable[[int], Base], ours: Callable[[int], Ours],
-                repeats: int) -> tuple[list[Base], list[Ours]]:
+def interleaved(baseline: Callable[[int], Base], ours: Callable[[int], Ours], repeats: int) -> tuple[list[Base], list[Ours]]:
     """Calls baseline(0), ours(0), baseline(1), ours(1), ... and returns each side's results in
     run order. The argument is the pair's index (for run directories, tags, progress)."""
     if repeats < 1:
@@ -48,8 +53,10 @@ def pair_ratios(numerators: Sequence[float], denominators: Sequence[float]) -> l
 def ratio_line(label: str, ratios: Sequence[float], digits: int = 2) -> str:
     """'ratio (LABEL): median 1.52x over 3 interleaved pairs (range 1.40x-1.61x)'."""
     pairs = "pair" if len(ratios) == 1 else "pairs"
-    return (f"ratio ({label}): median {statistics.median(ratios):.{digits}f}x over {len(ratios)} interleaved {pairs} "
-            f"(range {min(ratios):.{digits}f}x-{max(ratios):.{digits}f}x)")
+    return (
+        f"ratio ({label}): median {statistics.median(ratios):.{digits}f}x over {len(ratios)} interleaved {pairs} "
+        f"(range {min(ratios):.{digits}f}x-{max(ratios):.{digits}f}x)"
+    )
 
 
 def runs_note(values: Sequence[float], digits: int = 1) -> str:

@@ -13,6 +13,7 @@ loop, ours, plain loop, ...; `--repeats` pairs), so load from elsewhere on the m
 both alike, and each side keeps its model and optimizer between runs, as a training job
 does. Tokens counted: all non-padding tokens of the batch, per step.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,11 +24,11 @@ import time
 import torch
 
 from loongsage.bench.repeat import add_repeats_argument, interleaved, pair_ratios, ratio_line, runs_note
+from loongsage.config.schema import AlgorithmConfig, TrainerConfig
 from loongsage.models import load_causal_lm, resolve_model_path
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_micro_batches
 from loongsage.training.fsdp import TrainWorker
-from loongsage.config.schema import AlgorithmConfig, TrainerConfig
 
 LR = 1e-6
 
@@ -38,17 +39,22 @@ def main(argv: list[str]) -> int:
     model_path = resolve_model_path(args.model)
     samples = _samples(args)
     tokens = sum(sample.num_tokens for sample in samples)
-    print(f"model={args.model} samples={args.samples} tokens/step={tokens} "
-          f"micro_batch_size={args.micro_batch_size} threads={torch.get_num_threads()} "
-          f"runs of {args.steps} steps, {args.repeats} each side")
+    print(
+        f"model={args.model} samples={args.samples} tokens/step={tokens} "
+        f"micro_batch_size={args.micro_batch_size} threads={torch.get_num_threads()} "
+        f"runs of {args.steps} steps, {args.repeats} each side"
+    )
 
     ours = _trainer(model_path, args)
     baseline = _PlainLoop(model_path, samples, args.micro_batch_size)
     try:
         ours.train_step(samples)  # warm-up: first-touch allocations, optimizer state
         baseline.step()
-        baseline_s, ours_s = interleaved(lambda _: _timed(baseline.step, args.steps),
-                                         lambda _: _timed(lambda: ours.train_step(samples), args.steps), args.repeats)
+        baseline_s, ours_s = interleaved(
+            lambda _: _timed(baseline.step, args.steps),
+            lambda _: _timed(lambda: ours.train_step(samples), args.steps),
+            args.repeats,
+        )
     finally:
         ours.close()
 
@@ -61,8 +67,10 @@ def main(argv: list[str]) -> int:
 def _report(name: str, step_seconds: list[float], tokens: int) -> None:
     """Seconds per step and tokens/s: medians over the runs."""
     rates = [tokens / s for s in step_seconds]
-    print(f"{name:17s} : {statistics.median(step_seconds):7.2f} s/step = {statistics.median(rates):8.1f} tokens/s "
-          f"(tokens/s {runs_note(rates)})")
+    print(
+        f"{name:17s} : {statistics.median(step_seconds):7.2f} s/step = {statistics.median(rates):8.1f} tokens/s "
+        f"(tokens/s {runs_note(rates)})"
+    )
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -123,7 +131,7 @@ def _labels(micro: PackedBatch) -> torch.Tensor:
     """HF shifts labels itself: label t is the target of position t - 1, -100 = ignored."""
     labels = torch.full_like(micro.input_ids, -100)
     trained = micro.loss_mask.bool()
-    labels[:, micro.first_column + 1:][trained] = micro.targets[trained]
+    labels[:, micro.first_column + 1 :][trained] = micro.targets[trained]
     return labels
 
 

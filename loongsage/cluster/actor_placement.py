@@ -11,6 +11,7 @@ with the arithmetic before anything is reserved), the plan becomes placement gro
 controller's cores say nothing about other nodes, and a seat's bundle holds the CPU its actor
 may use.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,8 +48,9 @@ class ActorPlacement:
         for role in ("trainer", "rollout", "teacher"):
             for seat in self.seats(role):
                 note = " (reserved; no teacher runs yet)" if role == "teacher" else ""
-                lines.append(f"  {role}[{seat.index}]: {seat.node} GPU {','.join(map(str, seat.gpus))} "
-                             f"share {seat.share:g}{note}")
+                lines.append(
+                    f"  {role}[{seat.index}]: {seat.node} GPU {','.join(map(str, seat.gpus))} share {seat.share:g}{note}"
+                )
         return "\n".join(lines)
 
 
@@ -64,10 +66,12 @@ def place_actors(cfg) -> ActorPlacement:
     roles = place(plan)
     # Teacher seats are planned and reserved with the rest, so the devices are held for them;
     # nothing runs on them yet (the Teacher Manager is a later issue).
-    return ActorPlacement(placement,
-                          trainer_options=[seat.actor_options() for seat in roles.seats("trainer")],
-                          engine_options=[seat.actor_options() for seat in roles.seats("rollout")],
-                          roles=roles)
+    return ActorPlacement(
+        placement,
+        trainer_options=[seat.actor_options() for seat in roles.seats("trainer")],
+        engine_options=[seat.actor_options() for seat in roles.seats("rollout")],
+        roles=roles,
+    )
 
 
 def check_one_per_actor(values: list | None, count: int, what: str, count_key: str) -> None:

@@ -6,6 +6,7 @@ Ports come from the job id, so two jobs sharing a node do not collide, and are c
 before use. Pure helpers (allocation from the environment, ports, what is missing) are apart
 from the process plumbing so they can be tested without Slurm.
 """
+
 from __future__ import annotations
 
 import os
@@ -54,14 +55,18 @@ class RayPorts:
     max_worker: int
 
     def start_args(self, head: bool) -> list[str]:
-        args = [f"--node-manager-port={self.node_manager}", f"--object-manager-port={self.object_manager}",
-                f"--dashboard-agent-grpc-port={self.dashboard_agent_grpc}",
-                f"--dashboard-agent-listen-port={self.dashboard_agent_listen}",
-                f"--metrics-export-port={self.metrics_export}", f"--runtime-env-agent-port={self.runtime_env_agent}",
-                f"--min-worker-port={self.min_worker}", f"--max-worker-port={self.max_worker}"]
+        args = [
+            f"--node-manager-port={self.node_manager}",
+            f"--object-manager-port={self.object_manager}",
+            f"--dashboard-agent-grpc-port={self.dashboard_agent_grpc}",
+            f"--dashboard-agent-listen-port={self.dashboard_agent_listen}",
+            f"--metrics-export-port={self.metrics_export}",
+            f"--runtime-env-agent-port={self.runtime_env_agent}",
+            f"--min-worker-port={self.min_worker}",
+            f"--max-worker-port={self.max_worker}",
+        ]
         if head:
-            args += [f"--port={self.gcs}", f"--ray-client-server-port={self.client_server}",
-                     f"--dashboard-port={self.dashboard}"]
+            args += [f"--port={self.gcs}", f"--ray-client-server-port={self.client_server}", f"--dashboard-port={self.dashboard}"]
         return args
 
 
@@ -97,8 +102,12 @@ def allocation_from_env(env: dict[str, str] | None = None, expand=None) -> Alloc
     if missing:
         raise RuntimeError(f"not inside a Slurm job: {', '.join(missing)} unset (run through sbatch, srun or submitit)")
     nodes = tuple((expand or expand_hostlist)(env["SLURM_JOB_NODELIST"]))
-    return Allocation(job_id=env["SLURM_JOB_ID"], nodes=nodes, gpus_per_node=_gpus_on_node(env),
-                      cpus_per_node=int(env.get("SLURM_CPUS_ON_NODE", os.cpu_count() or 1)))
+    return Allocation(
+        job_id=env["SLURM_JOB_ID"],
+        nodes=nodes,
+        gpus_per_node=_gpus_on_node(env),
+        cpus_per_node=int(env.get("SLURM_CPUS_ON_NODE", os.cpu_count() or 1)),
+    )
 
 
 def check_allocation(allocation: Allocation, cluster) -> None:
@@ -106,14 +115,18 @@ def check_allocation(allocation: Allocation, cluster) -> None:
     would plan for devices that are not there."""
     problems = []
     if len(allocation.nodes) != cluster.nodes:
-        problems.append(f"cluster.nodes={cluster.nodes} but the job has {len(allocation.nodes)} node(s) "
-                        f"({', '.join(allocation.nodes)})")
+        problems.append(
+            f"cluster.nodes={cluster.nodes} but the job has {len(allocation.nodes)} node(s) ({', '.join(allocation.nodes)})"
+        )
     if cluster.gpus_per_node and allocation.gpus_per_node < cluster.gpus_per_node:
         problems.append(f"cluster.gpus_per_node={cluster.gpus_per_node} but the job has {allocation.gpus_per_node} per node")
     if problems:
-        raise RuntimeError(f"job {allocation.job_id}: " + "; ".join(problems) +
-                           f". Submit with `sbatch --nodes={cluster.nodes} --gpus-per-node={cluster.gpus_per_node} ...` "
-                           f"or through `python launch.py -m ... hydra/launcher=slurm`, which sizes the job from cluster.*")
+        raise RuntimeError(
+            f"job {allocation.job_id}: "
+            + "; ".join(problems)
+            + f". Submit with `sbatch --nodes={cluster.nodes} --gpus-per-node={cluster.gpus_per_node} ...` "
+            f"or through `python launch.py -m ... hydra/launcher=slurm`, which sizes the job from cluster.*"
+        )
 
 
 def expand_hostlist(hostlist: str) -> list[str]:
@@ -128,16 +141,34 @@ def expand_hostlist(hostlist: str) -> list[str]:
 def ray_ports(job_id: str) -> RayPorts:
     """A block of ports for this job, from its id."""
     base = FIRST_PORT + (int("".join(ch for ch in job_id if ch.isdigit()) or 0) % JOB_SLOTS) * PORTS_PER_JOB
-    return RayPorts(gcs=base, node_manager=base + 1, object_manager=base + 2, client_server=base + 3,
-                    dashboard=base + 4, dashboard_agent_grpc=base + 5, dashboard_agent_listen=base + 6,
-                    metrics_export=base + 7, runtime_env_agent=base + 8, min_worker=base + 10,
-                    max_worker=base + PORTS_PER_JOB - 1)
+    return RayPorts(
+        gcs=base,
+        node_manager=base + 1,
+        object_manager=base + 2,
+        client_server=base + 3,
+        dashboard=base + 4,
+        dashboard_agent_grpc=base + 5,
+        dashboard_agent_listen=base + 6,
+        metrics_export=base + 7,
+        runtime_env_agent=base + 8,
+        min_worker=base + 10,
+        max_worker=base + PORTS_PER_JOB - 1,
+    )
 
 
 def busy_ports(ports: RayPorts, host: str = "127.0.0.1") -> list[int]:
     """The named ports something already listens on (another job, a stale Ray)."""
-    named = [ports.gcs, ports.node_manager, ports.object_manager, ports.client_server, ports.dashboard,
-             ports.dashboard_agent_grpc, ports.dashboard_agent_listen, ports.metrics_export, ports.runtime_env_agent]
+    named = [
+        ports.gcs,
+        ports.node_manager,
+        ports.object_manager,
+        ports.client_server,
+        ports.dashboard,
+        ports.dashboard_agent_grpc,
+        ports.dashboard_agent_listen,
+        ports.metrics_export,
+        ports.runtime_env_agent,
+    ]
     busy = []
     for port in named:
         with socket.socket() as sock:
@@ -194,22 +225,27 @@ class RayCluster:
         _forget_address(self.address)
 
 
-def start_ray(allocation: Allocation, timeout_s: float = 300.0, ray_cmd: str | None = None,
-              container: ContainerConfig | None = None) -> RayCluster:
+def start_ray(
+    allocation: Allocation, timeout_s: float = 300.0, ray_cmd: str | None = None, container: ContainerConfig | None = None
+) -> RayCluster:
     """Start the head here and a worker on every other node (inside `container`, cluster.container;
     the controller runs in it already), then wait for all of them."""
     ray_cmd = ray_cmd or ray_cli()
     container = container or ContainerConfig()
     check_container(container)
     if len(allocation.nodes) > 1 and shutil.which("srun") is None:
-        raise RuntimeError(f"srun is not on PATH (cluster.container.runtime={container.runtime}): the controller "
-                           f"starts Ray on the other {len(allocation.nodes) - 1} node(s) with srun, so a container "
-                           f"image needs Slurm's client, its config and the munge socket (for pyxis also its plugin)")
+        raise RuntimeError(
+            f"srun is not on PATH (cluster.container.runtime={container.runtime}): the controller "
+            f"starts Ray on the other {len(allocation.nodes) - 1} node(s) with srun, so a container "
+            f"image needs Slurm's client, its config and the munge socket (for pyxis also its plugin)"
+        )
     ports = ray_ports(allocation.job_id)
     busy = busy_ports(ports)
     if busy:
-        raise RuntimeError(f"Ray ports {busy} of job {allocation.job_id} are in use on {socket.gethostname()}; "
-                           f"is another Ray running here? (`ray stop`)")
+        raise RuntimeError(
+            f"Ray ports {busy} of job {allocation.job_id} are in use on {socket.gethostname()}; "
+            f"is another Ray running here? (`ray stop`)"
+        )
     head_ip = routable_ip()
     # Ray's CPU count is a scheduling token here as on a laptop (actors share the node's cores),
     # so give enough for every actor to be placed even when the job asked for few CPUs.
@@ -218,18 +254,41 @@ def start_ray(allocation: Allocation, timeout_s: float = 300.0, ray_cmd: str | N
     # included) can talk to its Ray, even on a node another user's job shares. Ray reads the
     # mode when it is imported, so this process must not have imported it yet.
     if "ray" in sys.modules and os.environ.get("RAY_AUTH_MODE") != "token":
-        raise RuntimeError("start_ray must run before this process imports ray (Ray reads RAY_AUTH_MODE at "
-                           "import); call loongsage.cluster.ray_token.ensure_ray_token() first")
+        raise RuntimeError(
+            "start_ray must run before this process imports ray (Ray reads RAY_AUTH_MODE at "
+            "import); call loongsage.cluster.ray_token.ensure_ray_token() first"
+        )
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_urlsafe(32))
     cluster = RayCluster(allocation, ports, head_ip)
     try:
-        cluster.processes.append(subprocess.Popen(head_command(
-            [ray_cmd, "start", "--head", "--block", "--disable-usage-stats", "--include-dashboard=false",
-             f"--node-ip-address={head_ip}", *resources, *ports.start_args(head=True)])))
+        cluster.processes.append(
+            subprocess.Popen(
+                head_command(
+                    [
+                        ray_cmd,
+                        "start",
+                        "--head",
+                        "--block",
+                        "--disable-usage-stats",
+                        "--include-dashboard=false",
+                        f"--node-ip-address={head_ip}",
+                        *resources,
+                        *ports.start_args(head=True),
+                    ]
+                )
+            )
+        )
         _wait_for_port(head_ip, ports.gcs, timeout_s, cluster.processes[0])
-        worker_args = [ray_cmd, "start", "--block", "--disable-usage-stats", f"--address={cluster.address}",
-                       *resources, *ports.start_args(head=False)]
+        worker_args = [
+            ray_cmd,
+            "start",
+            "--block",
+            "--disable-usage-stats",
+            f"--address={cluster.address}",
+            *resources,
+            *ports.start_args(head=False),
+        ]
         for node in allocation.nodes[1:]:
             cluster.processes.append(subprocess.Popen(worker_command(node, worker_args, container, os.getcwd())))
         wait_for_nodes(cluster, timeout_s)
@@ -246,8 +305,7 @@ def wait_for_nodes(cluster: RayCluster, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while problems := missing_resources(cluster.allocation, ray.nodes()):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"Ray did not come up on the whole allocation within {timeout_s:.0f} s: "
-                               + "; ".join(problems))
+            raise TimeoutError(f"Ray did not come up on the whole allocation within {timeout_s:.0f} s: " + "; ".join(problems))
         time.sleep(1.0)
 
 
@@ -311,8 +369,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         resources = ray.cluster_resources()
-        print(f"ray up on job {allocation.job_id}: {len(ray.nodes())} node(s) {', '.join(allocation.nodes)}; "
-              f"GPU {resources.get('GPU', 0):g} CPU {resources.get('CPU', 0):g}; head {cluster.address}", flush=True)
+        print(
+            f"ray up on job {allocation.job_id}: {len(ray.nodes())} node(s) {', '.join(allocation.nodes)}; "
+            f"GPU {resources.get('GPU', 0):g} CPU {resources.get('CPU', 0):g}; head {cluster.address}",
+            flush=True,
+        )
     finally:
         ray.shutdown()
         cluster.stop()

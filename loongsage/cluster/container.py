@@ -20,6 +20,7 @@ it) and, for jobs of more than one node, Slurm's client: the controller starts t
 Ray with srun from inside the container. Mount the repository at the path it has on the host:
 the working directory and the enroot conf file are named by that path on both sides.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -48,12 +49,15 @@ def container_problems(container) -> list[str]:
     problems = []
     image = container.image or ""
     if not image.strip():
-        problems.append(f"cluster.container.image is empty; cluster.container.runtime={runtime} needs the image "
-                        f"the job's tasks run in")
+        problems.append(
+            f"cluster.container.image is empty; cluster.container.runtime={runtime} needs the image the job's tasks run in"
+        )
     elif runtime == "enroot" and "://" in image:
-        problems.append(f"cluster.container.image={image!r}: `enroot start` takes a container made with "
-                        f"`enroot create --name NAME file.sqsh` (on every node) or a squashfs file, not a URI; "
-                        f"`enroot import {image}` makes the file")
+        problems.append(
+            f"cluster.container.image={image!r}: `enroot start` takes a container made with "
+            f"`enroot create --name NAME file.sqsh` (on every node) or a squashfs file, not a URI; "
+            f"`enroot import {image}` makes the file"
+        )
     for index, spec in enumerate(container.mounts):
         key = f"cluster.container.mounts[{index}]={spec!r}"
         mount = _parse_mount(spec)
@@ -90,11 +94,20 @@ def command_prefix(container, workdir: str) -> list[str]:
         return ["apptainer", "exec", "--nv", *binds, container.image]
     if container.runtime == "enroot":
         # Two fields make enroot bind recursively; with options, the bind must be spelled out.
-        specs = [_joined(m.host, m.container, m.flags and "x-create=auto,rbind," + m.flags.replace("+", ","))
-                 for m in mounts]
-        return ["enroot", "start", "--rw", "--conf", str(ENROOT_CONF),
-                *[word for spec in specs for word in ("--mount", spec)], container.image,
-                "bash", "-c", 'cd -- "$0" && exec "$@"', workdir]
+        specs = [_joined(m.host, m.container, m.flags and "x-create=auto,rbind," + m.flags.replace("+", ",")) for m in mounts]
+        return [
+            "enroot",
+            "start",
+            "--rw",
+            "--conf",
+            str(ENROOT_CONF),
+            *[word for spec in specs for word in ("--mount", spec)],
+            container.image,
+            "bash",
+            "-c",
+            'cd -- "$0" && exec "$@"',
+            workdir,
+        ]
     return []
 
 

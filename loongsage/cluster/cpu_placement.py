@@ -6,6 +6,7 @@ each gets the whole machine while it works. disaggregated: the cores are split, 
 first, so rollout and training can run at once without their thread pools fighting over the
 same cores (OpenMP threads that share a core slow each other down several times over).
 """
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,9 @@ def resolve_placement(placement: str, mode: str) -> str:
     return "colocate" if mode == "sync" else "disaggregated"
 
 
-def split_cores(placement: str, trainer_ranks: int, engines: int,
-                cores: list[int] | None = None) -> tuple[list[list[int]] | None, list[list[int]] | None]:
+def split_cores(
+    placement: str, trainer_ranks: int, engines: int, cores: list[int] | None = None
+) -> tuple[list[list[int]] | None, list[list[int]] | None]:
     """(cores of each trainer rank, cores of each engine); None: no pinning (colocate)."""
     if placement == "colocate":
         return None, None
@@ -30,7 +32,8 @@ def split_cores(placement: str, trainer_ranks: int, engines: int,
         raise ValueError(
             f"run.placement=disaggregated gives each trainer rank and each engine cores of its own: "
             f"trainer.world_size + rollout.num_engines = {trainer_ranks} + {engines} = {actors} > {len(cores)} cores "
-            f"on this machine; use fewer, or run.placement=colocate with run.mode=sync")
+            f"on this machine; use fewer, or run.placement=colocate with run.mode=sync"
+        )
     # The trainer's share follows its share of the actors, at least one core each side.
     trainer_cores = min(max(round(len(cores) * trainer_ranks / actors), trainer_ranks), len(cores) - engines)
     return _chunks(cores[:trainer_cores], trainer_ranks), _chunks(cores[trainer_cores:], engines)

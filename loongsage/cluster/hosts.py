@@ -1,4 +1,5 @@
 """Which address names this machine: for peers in a Ray cluster, and for servers run in actors."""
+
 from __future__ import annotations
 
 LOOPBACK_HOST = "127.0.0.1"

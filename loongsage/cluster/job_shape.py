@@ -8,6 +8,7 @@ gets 4 nodes: a job of another shape resubmits the script with these options and
 in front of `python launch.py` so that the controller runs inside cluster.container (none for
 runtime none).
 """
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,13 @@ def compose_cluster(overrides: list[str]):
 def sbatch_options(cluster) -> list[str]:
     # B: the warning goes to the batch shell, which the template replaces with the controller
     # (without it Slurm signals only job steps: here, the Ray workers on other nodes).
-    options = [f"--nodes={cluster.nodes}", "--ntasks-per-node=1", f"--time={cluster.time_limit_min}",
-               f"--signal=B:USR2@{cluster.signal_delay_s}", "--requeue"]
+    options = [
+        f"--nodes={cluster.nodes}",
+        "--ntasks-per-node=1",
+        f"--time={cluster.time_limit_min}",
+        f"--signal=B:USR2@{cluster.signal_delay_s}",
+        "--requeue",
+    ]
     if cluster.gpus_per_node:
         options.append(f"--gpus-per-node={cluster.gpus_per_node}")
     if cluster.cpus_per_task:

@@ -11,6 +11,7 @@ An engine spanning several devices sits in the bundle of its first device; the b
 its other devices are reserved for it (nothing else is scheduled there) and `Seat.gpus`
 names them. Colocated trainer and rollout share a bundle, each asking for half of it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -35,9 +36,11 @@ class Seat:
     def scheduling_strategy(self):
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        return PlacementGroupSchedulingStrategy(placement_group=self.placement_group,
-                                                placement_group_bundle_index=self.bundle_indices[0],
-                                                placement_group_capture_child_tasks=True)
+        return PlacementGroupSchedulingStrategy(
+            placement_group=self.placement_group,
+            placement_group_bundle_index=self.bundle_indices[0],
+            placement_group_capture_child_tasks=True,
+        )
 
     def actor_options(self) -> dict:
         """Keyword arguments for `Actor.options(...)`: this seat's bundle and its share of it."""
@@ -83,8 +86,10 @@ def place(plan: RolePlan, timeout_s: float = 120.0) -> RolePlacement:
     known = sorted(node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive"))
     strangers = [node for node in nodes if node not in known]
     if strangers:
-        raise ValueError(f"plan nodes {strangers} are not Ray nodes (Ray knows {known}); build the allocation "
-                         f"with loongsage.cluster.roles.allocation_from_ray(ray.nodes())")
+        raise ValueError(
+            f"plan nodes {strangers} are not Ray nodes (Ray knows {known}); build the allocation "
+            f"with loongsage.cluster.roles.allocation_from_ray(ray.nodes())"
+        )
     placement = RolePlacement(plan)
     try:
         for node, gpus in nodes.items():
@@ -105,19 +110,24 @@ def _wait_ready(group, node: str, bundles: int, timeout_s: float) -> None:
     try:
         ray.get(group.ready(), timeout=timeout_s)
     except ray.exceptions.GetTimeoutError:
-        raise TimeoutError(f"placement group of node {node} ({bundles} bundles of 1 GPU + 1 CPU) was not ready within "
-                           f"{timeout_s:.0f} s; free now: {ray.available_resources()}") from None
+        raise TimeoutError(
+            f"placement group of node {node} ({bundles} bundles of 1 GPU + 1 CPU) was not ready within "
+            f"{timeout_s:.0f} s; free now: {ray.available_resources()}"
+        ) from None
 
 
-def _match_bundles(groups: dict[str, object], nodes: dict[str, list[int]],
-                   timeout_s: float) -> dict[tuple[str, int], tuple[int, int]]:
+def _match_bundles(
+    groups: dict[str, object], nodes: dict[str, list[int]], timeout_s: float
+) -> dict[tuple[str, int], tuple[int, int]]:
     """(node, planned device) -> (bundle index, GPU id Ray gave that bundle)."""
     import ray
 
     # max_calls=0: the probe touches no GPU memory, so one worker may serve every bundle in turn.
     probe = ray.remote(num_gpus=1, num_cpus=0, max_calls=0)(ray_gpu_ids)
-    probes = {node: [probe.options(scheduling_strategy=_strategy(group, index)).remote()
-                     for index in range(len(nodes[node]))] for node, group in groups.items()}
+    probes = {
+        node: [probe.options(scheduling_strategy=_strategy(group, index)).remote() for index in range(len(nodes[node]))]
+        for node, group in groups.items()
+    }
     bundle_of = {}
     for node, refs in probes.items():
         ray_gpus = [ids[0] for ids in ray.get(refs, timeout=timeout_s)]
@@ -127,15 +137,22 @@ def _match_bundles(groups: dict[str, object], nodes: dict[str, list[int]],
     return bundle_of
 
 
-def _seats(plan: RolePlan, role: str, groups: dict[str, object],
-           bundle_of: dict[tuple[str, int], tuple[int, int]]) -> list[Seat]:
+def _seats(plan: RolePlan, role: str, groups: dict[str, object], bundle_of: dict[tuple[str, int], tuple[int, int]]) -> list[Seat]:
     seats = []
     for index, slot in enumerate(plan.slots(role)):
         bundles = [bundle_of[(slot.node, gpu)] for gpu in slot.gpus]
         sharing = len(plan.roles_on(slot.node, slot.gpus[0]))
-        seats.append(Seat(role=role, index=index, node=slot.node, gpus=tuple(gpu for _, gpu in bundles),
-                          placement_group=groups[slot.node], bundle_indices=tuple(bundle for bundle, _ in bundles),
-                          share=1.0 / sharing))
+        seats.append(
+            Seat(
+                role=role,
+                index=index,
+                node=slot.node,
+                gpus=tuple(gpu for _, gpu in bundles),
+                placement_group=groups[slot.node],
+                bundle_indices=tuple(bundle for bundle, _ in bundles),
+                share=1.0 / sharing,
+            )
+        )
     return seats
 
 

@@ -11,6 +11,7 @@ as it always does. Under the sbatch template there is no such handler and we req
 Outside Slurm the signal still means "checkpoint and stop": `kill -USR2 <pid>`, then run the
 same command with the same run.dir to go on.
 """
+
 from __future__ import annotations
 
 import logging
@@ -78,13 +79,21 @@ class PreemptionNotice:
             return
         restarts = int(os.environ.get("SLURM_RESTART_COUNT", "0") or 0)
         if restarts >= max_requeues:
-            log.info("not requeued: job %s has been requeued %d times (cluster.max_requeues=%d); "
-                     "submit it again with the same run.dir to go on", job_id, restarts, max_requeues)
+            log.info(
+                "not requeued: job %s has been requeued %d times (cluster.max_requeues=%d); "
+                "submit it again with the same run.dir to go on",
+                job_id,
+                restarts,
+                max_requeues,
+            )
             return
         done = subprocess.run(["scontrol", "requeue", job_id], capture_output=True, text=True, timeout=60)
         if done.returncode != 0:
-            log.info("`scontrol requeue %s` failed (%s); submit the job again with the same run.dir to resume",
-                     job_id, done.stderr.strip() or done.returncode)
+            log.info(
+                "`scontrol requeue %s` failed (%s); submit the job again with the same run.dir to resume",
+                job_id,
+                done.stderr.strip() or done.returncode,
+            )
             return
         log.info("requeued Slurm job %s", job_id)
 

@@ -1,4 +1,5 @@
 """The per-job Ray token: set before `ray` is first imported (Ray reads RAY_AUTH_MODE then)."""
+
 from __future__ import annotations
 
 import os

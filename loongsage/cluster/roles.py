@@ -9,6 +9,7 @@ engines sit on the trainer's own devices.
 A request that cannot be met fails here, before anything starts, with the arithmetic in the
 message. `placement.py` turns the plan into Ray placement groups.
 """
+
 from __future__ import annotations
 
 import re
@@ -80,26 +81,32 @@ def is_partitioned(roles: RolesConfig) -> bool:
 def config_problems(roles: RolesConfig, colocate: bool) -> list[str]:
     """What is wrong with the roles on their own, before any allocation is known. `colocate`:
     run.placement resolved to colocate (trainer and rollout share devices)."""
-    problems = [f"roles.{role}.gpus={getattr(roles, role).gpus} must be >= 0"
-                for role in ROLES if getattr(roles, role).gpus < 0]
+    problems = [f"roles.{role}.gpus={getattr(roles, role).gpus} must be >= 0" for role in ROLES if getattr(roles, role).gpus < 0]
     rollout = roles.rollout
     if rollout.tp < 1:
         problems.append(f"roles.rollout.tp={rollout.tp} must be >= 1")
     elif rollout.gpus % rollout.tp:
-        problems.append(f"roles.rollout.gpus={rollout.gpus} must be divisible by roles.rollout.tp={rollout.tp} "
-                        f"(each rollout engine takes tp devices)")
+        problems.append(
+            f"roles.rollout.gpus={rollout.gpus} must be divisible by roles.rollout.tp={rollout.tp} "
+            f"(each rollout engine takes tp devices)"
+        )
     if colocate and roles.trainer.gpus != rollout.gpus:
-        problems.append(f"{COLOCATED} puts the rollout engines on the trainer's devices: roles.trainer.gpus="
-                        f"{roles.trainer.gpus} must equal roles.rollout.gpus={rollout.gpus}; set both to the same "
-                        f"number, or run.placement=disaggregated")
+        problems.append(
+            f"{COLOCATED} puts the rollout engines on the trainer's devices: roles.trainer.gpus="
+            f"{roles.trainer.gpus} must equal roles.rollout.gpus={rollout.gpus}; set both to the same "
+            f"number, or run.placement=disaggregated"
+        )
     return problems
 
 
 def allocation_from_ray(nodes: list[dict]) -> list[NodeGpus]:
     """The allocation as `ray.nodes()` reports it: every alive node with GPUs, named by its IP
     (the `node:<ip>` resource placement pins bundles with). Ray numbers a node's GPUs 0..n-1."""
-    return [NodeGpus(node["NodeManagerAddress"], tuple(range(int(node.get("Resources", {}).get("GPU", 0)))))
-            for node in nodes if node.get("Alive") and int(node.get("Resources", {}).get("GPU", 0)) > 0]
+    return [
+        NodeGpus(node["NodeManagerAddress"], tuple(range(int(node.get("Resources", {}).get("GPU", 0)))))
+        for node in nodes
+        if node.get("Alive") and int(node.get("Resources", {}).get("GPU", 0)) > 0
+    ]
 
 
 def partition(allocation: Iterable[tuple[str, Iterable[int]]], roles: RolesConfig, colocate: bool) -> RolePlan:
@@ -117,7 +124,7 @@ def partition(allocation: Iterable[tuple[str, Iterable[int]]], roles: RolesConfi
     return RolePlan(
         trainer=tuple(Slot(node, (gpu,)) for node, gpu in devices[:trainer_gpus]),
         rollout=_engines(devices, rollout_start, rollout_gpus, roles.rollout.tp),
-        teacher=tuple(Slot(node, (gpu,)) for node, gpu in devices[teacher_start:teacher_start + roles.teacher.gpus]),
+        teacher=tuple(Slot(node, (gpu,)) for node, gpu in devices[teacher_start : teacher_start + roles.teacher.gpus]),
         colocate=colocate,
     )
 
@@ -143,12 +150,12 @@ def _check_total(nodes: list[NodeGpus], roles: RolesConfig, colocate: bool) -> N
     trainer, rollout, teacher = roles.trainer.gpus, roles.rollout.gpus, roles.teacher.gpus
     if colocate:
         needed = trainer + teacher
-        sum_text = (f"{COLOCATED}: roles.trainer.gpus (shared with roles.rollout) + roles.teacher.gpus = "
-                    f"{trainer} + {teacher} = {needed}")
+        sum_text = (
+            f"{COLOCATED}: roles.trainer.gpus (shared with roles.rollout) + roles.teacher.gpus = {trainer} + {teacher} = {needed}"
+        )
     else:
         needed = trainer + rollout + teacher
-        sum_text = (f"roles.trainer.gpus + roles.rollout.gpus + roles.teacher.gpus = "
-                    f"{trainer} + {rollout} + {teacher} = {needed}")
+        sum_text = f"roles.trainer.gpus + roles.rollout.gpus + roles.teacher.gpus = {trainer} + {rollout} + {teacher} = {needed}"
     if needed > available:
         raise ValueError(f"{sum_text} > {available} GPUs in the allocation ({_shape(nodes)})")
 
@@ -166,7 +173,7 @@ def _engines(devices: list[tuple[str, int]], start: int, count: int, tp: int) ->
     """Consecutive groups of tp devices from `start`; a group that would cross a node boundary fails."""
     engines = []
     for first in range(start, start + count, tp):
-        group = devices[first:first + tp]
+        group = devices[first : first + tp]
         node = group[0][0]
         on_node = [gpu for name, gpu in group if name == node]
         if len(on_node) < tp:
@@ -174,6 +181,7 @@ def _engines(devices: list[tuple[str, int]], start: int, count: int, tp: int) ->
                 f"roles.rollout.tp={tp} does not fit on node {node} ({len(on_node)} GPUs left): rollout engine "
                 f"{len(engines)} would span nodes {node} and {group[-1][0]}, and an engine never spans nodes; "
                 f"the roles before it take the first {first} GPUs in (node, device) order; change roles.trainer.gpus, "
-                f"roles.rollout.gpus or roles.rollout.tp so that every engine's devices lie on one node")
+                f"roles.rollout.gpus or roles.rollout.tp so that every engine's devices lie on one node"
+            )
         engines.append(Slot(node, tuple(on_node)))
     return tuple(engines)

@@ -10,6 +10,7 @@ The probe sees the whole machine, not CUDA_VISIBLE_DEVICES: indices are physical
 
 `python -m loongsage.cluster.topology [--json]` prints this machine's topology.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -97,15 +98,15 @@ class NodeTopology:
 
     def nearest_nic(self, gpu: int) -> str | None:
         """The NIC with the shortest PCIe path to `gpu` (ties: the first in the legend)."""
-        ranked = [(PCIE_KINDS.index(kinds[gpu]), name) for name, kinds in self.gpu_nic_affinity.items()
-                  if kinds.get(gpu) in PCIE_KINDS]
+        ranked = [
+            (PCIE_KINDS.index(kinds[gpu]), name) for name, kinds in self.gpu_nic_affinity.items() if kinds.get(gpu) in PCIE_KINDS
+        ]
         return min(ranked, key=lambda r: r[0])[1] if ranked else None
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data["links"] = {f"{a}-{b}": kind for (a, b), kind in sorted(self.links.items())}
-        data["gpu_nic_affinity"] = {nic: {str(g): k for g, k in kinds.items()}
-                                    for nic, kinds in self.gpu_nic_affinity.items()}
+        data["gpu_nic_affinity"] = {nic: {str(g): k for g, k in kinds.items()} for nic, kinds in self.gpu_nic_affinity.items()}
         data["gpu_numa"] = {str(g): n for g, n in self.gpu_numa.items()}
         data["cpu_only"] = self.cpu_only
         return data
@@ -117,13 +118,16 @@ class NodeTopology:
             return int(a), int(b)
 
         return cls(
-            hostname=data["hostname"], gpus=list(data["gpus"]),
+            hostname=data["hostname"],
+            gpus=list(data["gpus"]),
             links={pair(k): v for k, v in data["links"].items()},
             nics=[Nic(**nic) for nic in data["nics"]],
-            gpu_nic_affinity={nic: {int(g): k for g, k in kinds.items()}
-                              for nic, kinds in data["gpu_nic_affinity"].items()},
+            gpu_nic_affinity={nic: {int(g): k for g, k in kinds.items()} for nic, kinds in data["gpu_nic_affinity"].items()},
             gpu_numa={int(g): n for g, n in data["gpu_numa"].items()},
-            addresses=list(data["addresses"]), source=data["source"], notes=list(data["notes"]))
+            addresses=list(data["addresses"]),
+            source=data["source"],
+            notes=list(data["notes"]),
+        )
 
 
 @dataclass
@@ -174,6 +178,7 @@ def gather(nodes: list[NodeTopology]) -> ClusterTopology:
 
 # ---------------------------------------------------------------- nvidia-smi topo -m
 
+
 @dataclass
 class _Matrix:
     gpus: list[str]
@@ -199,31 +204,36 @@ def _parse_matrix(text: str) -> _Matrix:
     labels = [cells[0] for _, cells in rows]
     for position, (n, cells) in enumerate(rows):
         if position >= len(header) or header[position] != cells[0]:
-            raise ValueError(f"nvidia-smi topo -m line {n + 1}: row {cells[0]!r} has no column "
-                             f"of its own in the header: {lines[n]!r}")
-    devices, extra_columns = header[:len(labels)], header[len(labels):]
+            raise ValueError(
+                f"nvidia-smi topo -m line {n + 1}: row {cells[0]!r} has no column of its own in the header: {lines[n]!r}"
+            )
+    devices, extra_columns = header[: len(labels)], header[len(labels) :]
     kinds = {}
     for i, (n, cells) in enumerate(rows):
         kinds[i] = _row_kinds(cells, i, len(devices), n, lines[n])
     gpu_index = [i for i, label in enumerate(labels) if re.fullmatch(r"GPU\d+", label)]
     if [labels[i] for i in gpu_index] != [f"GPU{g}" for g in range(len(gpu_index))]:
-        raise ValueError(f"nvidia-smi topo -m line {start + 1}: GPU rows are not GPU0..GPUn in order: "
-                         f"{[labels[i] for i in gpu_index]}")
+        raise ValueError(
+            f"nvidia-smi topo -m line {start + 1}: GPU rows are not GPU0..GPUn in order: {[labels[i] for i in gpu_index]}"
+        )
     links = {}
     for a in gpu_index:
         for b in gpu_index:
             if a < b:
                 if kinds[a][b] != kinds[b][a]:
                     n = rows[b][0]
-                    raise ValueError(f"nvidia-smi topo -m line {n + 1}: {labels[b]}-{labels[a]} is "
-                                     f"{kinds[b][a]} but {labels[a]}-{labels[b]} is {kinds[a][b]}: {lines[n]!r}")
+                    raise ValueError(
+                        f"nvidia-smi topo -m line {n + 1}: {labels[b]}-{labels[a]} is "
+                        f"{kinds[b][a]} but {labels[a]}-{labels[b]} is {kinds[a][b]}: {lines[n]!r}"
+                    )
                 links[(a, b)] = kinds[a][b]
     legend = _nic_legend(lines)
-    nic_affinity = {legend.get(labels[i], labels[i]): {g: kinds[g][i] for g in gpu_index}
-                    for i in range(len(labels)) if i not in gpu_index}
+    nic_affinity = {
+        legend.get(labels[i], labels[i]): {g: kinds[g][i] for g in gpu_index} for i in range(len(labels)) if i not in gpu_index
+    }
     gpu_numa = {}
     for g in gpu_index:
-        extras = dict(zip(extra_columns, rows[g][1][1 + len(devices):]))
+        extras = dict(zip(extra_columns, rows[g][1][1 + len(devices) :]))
         if extras.get("NUMA Affinity", "").isdigit():
             gpu_numa[g] = int(extras["NUMA Affinity"])
     return _Matrix([labels[g] for g in gpu_index], links, nic_affinity, gpu_numa)
@@ -247,17 +257,19 @@ def _matrix_rows(lines: list[str], start: int) -> list[tuple[int, list[str]]]:
 
 
 def _row_kinds(cells: list[str], row: int, width: int, n: int, line: str) -> list[str]:
-    kinds = cells[1:1 + width]
+    kinds = cells[1 : 1 + width]
     if len(kinds) < width:
-        raise ValueError(f"nvidia-smi topo -m line {n + 1}: {len(kinds)} link cells, the header has "
-                         f"{width} devices: {line!r}")
+        raise ValueError(f"nvidia-smi topo -m line {n + 1}: {len(kinds)} link cells, the header has {width} devices: {line!r}")
     for column, kind in enumerate(kinds):
         if not _KIND.match(kind):
-            raise ValueError(f"nvidia-smi topo -m line {n + 1}: unknown link kind {kind!r} "
-                             f"(legend: X, NV#, PIX, PXB, PHB, NODE, SYS): {line!r}")
+            raise ValueError(
+                f"nvidia-smi topo -m line {n + 1}: unknown link kind {kind!r} "
+                f"(legend: X, NV#, PIX, PXB, PHB, NODE, SYS): {line!r}"
+            )
         if (kind == "X") != (column == row):
-            raise ValueError(f"nvidia-smi topo -m line {n + 1}: 'X' belongs on the diagonal only, "
-                             f"column {column + 1} is {kind!r}: {line!r}")
+            raise ValueError(
+                f"nvidia-smi topo -m line {n + 1}: 'X' belongs on the diagonal only, column {column + 1} is {kind!r}: {line!r}"
+            )
     # Drivers before the NODE level called the cross-socket path SOC; it is today's SYS.
     return ["SYS" if kind == "SOC" else kind for kind in kinds]
 
@@ -273,6 +285,7 @@ def _nic_legend(lines: list[str]) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------- NICs from sysfs
+
 
 def probe_nics(sysfs_root: str | Path = "/sys") -> list[Nic]:
     """RDMA ports from <root>/class/infiniband, then physical Ethernet ports from <root>/class/net.
@@ -292,8 +305,9 @@ def _rdma_ports(base: Path) -> list[Nic]:
             if kind is None:  # iWARP and other link layers: not a transport we route on
                 continue
             state = (_read(port / "state") or "unknown").split(":")[-1].strip()  # "4: ACTIVE"
-            nics.append(Nic(device.name, kind, state, layer, _read(port / "rate"),
-                            int(port.name) if port.name.isdigit() else None))
+            nics.append(
+                Nic(device.name, kind, state, layer, _read(port / "rate"), int(port.name) if port.name.isdigit() else None)
+            )
     return nics
 
 
@@ -386,8 +400,8 @@ def _bus_id(bus: str | bytes) -> str:
 
 # ---------------------------------------------------------------- this machine
 
-def probe_node(sysfs_root: str | Path = "/sys", hostname: str | None = None,
-               addresses: list[str] | None = None) -> NodeTopology:
+
+def probe_node(sysfs_root: str | Path = "/sys", hostname: str | None = None, addresses: list[str] | None = None) -> NodeTopology:
     """This machine's topology. Never raises for missing GPUs, drivers or tools: what could not be
     read is in `notes` and the node is CPU-only."""
     node = NodeTopology(hostname=hostname or socket.gethostname(), addresses=list(addresses or []))
@@ -432,11 +446,19 @@ def _probe_nvidia_smi(node: NodeTopology) -> None:
 def node_from_topo_text(text: str, hostname: str, nics: list[Nic] | None = None) -> NodeTopology:
     """A node from recorded `nvidia-smi topo -m` output (fixtures, or a node that cannot run NVML)."""
     matrix = _parse_matrix(text)
-    return NodeTopology(hostname=hostname, gpus=matrix.gpus, links=matrix.links, nics=list(nics or []),
-                        gpu_nic_affinity=matrix.nic_affinity, gpu_numa=matrix.gpu_numa, source="file")
+    return NodeTopology(
+        hostname=hostname,
+        gpus=matrix.gpus,
+        links=matrix.links,
+        nics=list(nics or []),
+        gpu_nic_affinity=matrix.nic_affinity,
+        gpu_numa=matrix.gpu_numa,
+        source="file",
+    )
 
 
 # ---------------------------------------------------------------- printing
+
 
 def render(node: NodeTopology) -> str:
     """The node as text a person reads: a link matrix, then the NICs with their nearest GPUs."""
@@ -445,8 +467,10 @@ def render(node: NodeTopology) -> str:
         head += [f"  ({note})" for note in node.notes]
     else:
         numa = sorted(set(node.gpu_numa.values()))
-        head = [f"node {node.hostname}: {len(node.gpus)} GPUs (source: {node.source})"
-                + (f", NUMA nodes {', '.join(map(str, numa))}" if numa else "")]
+        head = [
+            f"node {node.hostname}: {len(node.gpus)} GPUs (source: {node.source})"
+            + (f", NUMA nodes {', '.join(map(str, numa))}" if numa else "")
+        ]
         width = max(6, *(len(g) + 2 for g in node.gpus))
         head.append(("  " + " " * width + "".join(f"{g:<{width}}" for g in node.gpus)).rstrip())
         for a, label in enumerate(node.gpus):
@@ -456,8 +480,13 @@ def render(node: NodeTopology) -> str:
     if not node.nics:
         lines.append("  NICs: none (no RDMA devices, no physical network ports)")
     for nic in node.nics:
-        lines.append(f"  NIC {nic.name}" + (f" port {nic.port}" if nic.port is not None else "")
-                     + f": {nic.kind}, {nic.state}" + (f", {nic.rate}" if nic.rate else "") + _near(node, nic.name))
+        lines.append(
+            f"  NIC {nic.name}"
+            + (f" port {nic.port}" if nic.port is not None else "")
+            + f": {nic.kind}, {nic.state}"
+            + (f", {nic.rate}" if nic.rate else "")
+            + _near(node, nic.name)
+        )
     in_sysfs = {nic.name for nic in node.nics}
     for name in node.gpu_nic_affinity:
         if name not in in_sysfs:
@@ -472,15 +501,15 @@ def _near(node: NodeTopology, nic: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loongsage.cluster.topology",
-                                     description="Print this machine's GPU/NIC topology.")
+    parser = argparse.ArgumentParser(
+        prog="python -m loongsage.cluster.topology", description="Print this machine's GPU/NIC topology."
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     parser.add_argument("--topo-file", help="read recorded `nvidia-smi topo -m` output instead of probing GPUs")
     parser.add_argument("--sysfs-root", default="/sys", help="where to read NICs from (default /sys)")
     args = parser.parse_args(argv)
     if args.topo_file:
-        node = node_from_topo_text(Path(args.topo_file).read_text(), socket.gethostname(),
-                                   probe_nics(args.sysfs_root))
+        node = node_from_topo_text(Path(args.topo_file).read_text(), socket.gethostname(), probe_nics(args.sysfs_root))
     else:
         node = probe_node(args.sysfs_root)
     print(json.dumps(node.to_dict(), indent=2) if args.json else render(node))

@@ -7,6 +7,7 @@ srun_args carry pyxis' options, or apptainer's and enroot's command in front of 
 python (which must then exist at the same path inside the image: mount the environment, or
 submit from the image's own python).
 """
+
 from __future__ import annotations
 
 import os
@@ -39,7 +40,8 @@ def container_srun_args(container, workdir: str | None = None) -> list[str] | No
 
 
 def register_launcher() -> None:
-    ConfigStore.instance().store(group="hydra/launcher", name=LAUNCHER_SCHEMA_NAME, node=SlurmQueueWithSrunArgs,
-                                 provider="loongsage")
+    ConfigStore.instance().store(
+        group="hydra/launcher", name=LAUNCHER_SCHEMA_NAME, node=SlurmQueueWithSrunArgs, provider="loongsage"
+    )
     if not OmegaConf.has_resolver("container_srun_args"):
         OmegaConf.register_new_resolver("container_srun_args", container_srun_args)

@@ -1,8 +1,9 @@
 """Cross-field rules, checked before anything starts; every message names its fields."""
+
 from __future__ import annotations
 
-from loongsage.config.sampling_rules import sampling_problems
 from loongsage.config.registry_choices import RegistryChoices
+from loongsage.config.sampling_rules import sampling_problems
 from loongsage.config.schema import Config
 
 CHOICES = {
@@ -32,9 +33,17 @@ class ConfigError(ValueError):
 
 
 def check(cfg: Config) -> None:
-    problems = [*_choice_problems(cfg), *_range_problems(cfg), *sampling_problems(cfg), *_batch_problems(cfg),
-                *_mix_problems(cfg), *_window_problems(cfg), *_placement_problems(cfg), *_roles_problems(cfg),
-                *_container_problems(cfg)]
+    problems = [
+        *_choice_problems(cfg),
+        *_range_problems(cfg),
+        *sampling_problems(cfg),
+        *_batch_problems(cfg),
+        *_mix_problems(cfg),
+        *_window_problems(cfg),
+        *_placement_problems(cfg),
+        *_roles_problems(cfg),
+        *_container_problems(cfg),
+    ]
     if problems:
         raise ConfigError("invalid config:\n" + "\n".join(f"  - {p}" for p in problems))
 
@@ -82,20 +91,28 @@ def _range_problems(cfg: Config) -> list[str]:
         (cfg.warm_start.epochs >= 1, f"warm_start.epochs={cfg.warm_start.epochs} must be >= 1"),
         (cfg.warm_start.batch_size >= 1, f"warm_start.batch_size={cfg.warm_start.batch_size} must be >= 1"),
         (cfg.warm_start.lr > 0, f"warm_start.lr={cfg.warm_start.lr} must be > 0"),
-        (not cfg.warm_start.source or bool(cfg.agent.name),
-         f"warm_start.source={cfg.warm_start.source!r} needs agent.name: demonstrations are replayed by the run's agent"),
-        (cfg.pipeline.max_staleness is None or cfg.pipeline.max_staleness >= 0,
-         f"pipeline.max_staleness={cfg.pipeline.max_staleness} must be >= 0"),
+        (
+            not cfg.warm_start.source or bool(cfg.agent.name),
+            f"warm_start.source={cfg.warm_start.source!r} needs agent.name: demonstrations are replayed by the run's agent",
+        ),
+        (
+            cfg.pipeline.max_staleness is None or cfg.pipeline.max_staleness >= 0,
+            f"pipeline.max_staleness={cfg.pipeline.max_staleness} must be >= 0",
+        ),
         (cfg.pipeline.max_inflight >= 0, f"pipeline.max_inflight={cfg.pipeline.max_inflight} must be >= 0 (0: automatic)"),
         (cfg.pipeline.batch_timeout_s > 0, f"pipeline.batch_timeout_s={cfg.pipeline.batch_timeout_s} must be > 0"),
-        (cfg.run.placement != "colocate" or cfg.run.mode == "sync",
-         f"run.placement=colocate needs run.mode=sync (got {cfg.run.mode}): colocated trainer and engines take turns "
-         f"on the same devices, so rollout cannot overlap training; use run.placement=disaggregated"),
+        (
+            cfg.run.placement != "colocate" or cfg.run.mode == "sync",
+            f"run.placement=colocate needs run.mode=sync (got {cfg.run.mode}): colocated trainer and engines take turns "
+            f"on the same devices, so rollout cannot overlap training; use run.placement=disaggregated",
+        ),
         (cfg.cluster.nodes >= 1, f"cluster.nodes={cfg.cluster.nodes} must be >= 1"),
         (cfg.cluster.gpus_per_node >= 0, f"cluster.gpus_per_node={cfg.cluster.gpus_per_node} must be >= 0"),
         (cfg.cluster.time_limit_min >= 1, f"cluster.time_limit_min={cfg.cluster.time_limit_min} must be >= 1"),
-        (cfg.cluster.container.runtime == "none" or bool(cfg.cluster.container.image),
-         f"cluster.container.runtime={cfg.cluster.container.runtime} needs cluster.container.image"),
+        (
+            cfg.cluster.container.runtime == "none" or bool(cfg.cluster.container.image),
+            f"cluster.container.runtime={cfg.cluster.container.runtime} needs cluster.container.image",
+        ),
         (cfg.run.steps >= 1, f"run.steps={cfg.run.steps} must be >= 1"),
         (cfg.run.save_every >= 1, f"run.save_every={cfg.run.save_every} must be >= 1"),
         (cfg.logging.rollouts_per_step >= 0, f"logging.rollouts_per_step={cfg.logging.rollouts_per_step} must be >= 0"),
@@ -194,14 +211,18 @@ def _roles_problems(cfg: Config) -> list[str]:
     world_size, trainer_gpus = cfg.trainer.world_size, roles.trainer.gpus
     if world_size != trainer_gpus:
         fix = _either(("trainer.world_size", trainer_gpus), ("roles.trainer.gpus", world_size))
-        problems.append(f"trainer.world_size={world_size} must equal roles.trainer.gpus={trainer_gpus} (one trainer "
-                        f"rank per device once roles are partitioned); set {fix}")
+        problems.append(
+            f"trainer.world_size={world_size} must equal roles.trainer.gpus={trainer_gpus} (one trainer "
+            f"rank per device once roles are partitioned); set {fix}"
+        )
     engines, rollout_gpus, tp = cfg.rollout.num_engines, roles.rollout.gpus, roles.rollout.tp
     if engines != rollout_gpus // tp:
         fix = _either(("rollout.num_engines", rollout_gpus // tp), ("roles.rollout.gpus", engines * tp))
-        problems.append(f"rollout.num_engines={engines} must equal roles.rollout.gpus / roles.rollout.tp = "
-                        f"{rollout_gpus} / {tp} = {rollout_gpus // tp} (one engine per tp devices once roles are "
-                        f"partitioned); set {fix}")
+        problems.append(
+            f"rollout.num_engines={engines} must equal roles.rollout.gpus / roles.rollout.tp = "
+            f"{rollout_gpus} / {tp} = {rollout_gpus // tp} (one engine per tp devices once roles are "
+            f"partitioned); set {fix}"
+        )
     return problems
 
 

@@ -4,6 +4,7 @@ Registered with Hydra's ConfigStore, so an unknown key or a value of the wrong t
 refused by Hydra itself, naming the key, before anything starts. Rules that span fields
 live in `rules.py`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -1,4 +1,5 @@
 """Hydra glue: register the schema, turn a composed DictConfig into a checked `Config`."""
+
 from __future__ import annotations
 
 import os

@@ -8,6 +8,7 @@ Before anything runs, SWE runs check their sandbox backend for real (a tool call
 gold patch graded, tasks/swe/preflight.py) and refuse to start when it cannot grade; a batch
 whose gradings all broke stops the run (grading_health.py).
 """
+
 from __future__ import annotations
 
 import functools
@@ -20,8 +21,8 @@ from loongsage.agentflow.agents import Agent, AgentResult, AgentTask, Endpoint, 
 from loongsage.agentflow.router import Router, RouterConfig, RouterServer, SamplingDefaults, to_samples
 from loongsage.agentflow.sandbox import SandboxError, SandboxLimits, create_sandbox
 from loongsage.config import Config
-from loongsage.controller.grading_health import check_grading, mark_grading_error
 from loongsage.controller.data_stream import SINGLE_SOURCE, Item
+from loongsage.controller.grading_health import check_grading, mark_grading_error
 from loongsage.controller.rollout import RolloutGroup
 from loongsage.sample import Sample
 from loongsage.tasks.registry import Reward, get_reward
@@ -42,10 +43,18 @@ class AgentRolloutSource:
         except (TypeError, SandboxError) as exc:
             raise ValueError(f"agent.sandbox_limits={dict(cfg.agent.sandbox_limits)}: {exc}") from None
         self.preflight()
-        router = Router(RouterConfig(
-            model=model_path, engine_urls=tuple(rollout.urls), served_model_names=(cfg.model.name,),
-            chat_format=cfg.agent.chat_format, max_context=cfg.rollout.max_context,
-            request_timeout_s=cfg.rollout.request_timeout_s, sampling=run_sampling(cfg.rollout)), activity=rollout.activity)
+        router = Router(
+            RouterConfig(
+                model=model_path,
+                engine_urls=tuple(rollout.urls),
+                served_model_names=(cfg.model.name,),
+                chat_format=cfg.agent.chat_format,
+                max_context=cfg.rollout.max_context,
+                request_timeout_s=cfg.rollout.request_timeout_s,
+                sampling=run_sampling(cfg.rollout),
+            ),
+            activity=rollout.activity,
+        )
         self.server = RouterServer(router)
         self.server.start()
         self._failures = 0  # episodes whose agent raised, over the run
@@ -63,8 +72,10 @@ class AgentRolloutSource:
         """One item's group of episodes; `index` counts groups over the run from 0 and names the
         trajectories `step<S>-g<G>-m<M>` (group G of the S-th batch)."""
         step, group = divmod(index, self.cfg.rollout.prompts_per_step)
-        futures = [self.pool.submit(self._episode, f"step{step + 1}-g{group}", index, member, item)
-                   for member in range(self.cfg.rollout.group_size)]
+        futures = [
+            self.pool.submit(self._episode, f"step{step + 1}-g{group}", index, member, item)
+            for member in range(self.cfg.rollout.group_size)
+        ]
         samples = [sample for future in futures for sample in future.result()]
         check_grading(samples, self.cfg.agent.sandbox, f"rollout group {index}")
         return samples
@@ -101,8 +112,14 @@ class AgentRolloutSource:
         for sample in samples:
             sample.reward, sample.group_id, sample.label = reward, group, item.label
             sample.prompt_text = item.prompt_text
-            sample.metadata.update(item_id=item.id, exit_status=result.exit_status, turns=result.turns,
-                                   reward_info=info, agent_log=result.log[-8:], source=item.source)
+            sample.metadata.update(
+                item_id=item.id,
+                exit_status=result.exit_status,
+                turns=result.turns,
+                reward_info=info,
+                agent_log=result.log[-8:],
+                source=item.source,
+            )
             if error is not None:
                 sample.metadata["reward_error"] = error
             mark_grading_error(sample, info)
@@ -114,12 +131,12 @@ class AgentRolloutSource:
         return create_sandbox(files, self.cfg.agent.sandbox, self.limits) if files is not None else nullcontext(None)
 
     def _task(self, item: Item, sandbox) -> AgentTask:
-        return AgentTask(item.id, item.prompt_text, sandbox, dict(item.data.get("metadata") or {}),
-                         system_prompt=item.system_prompt)
+        return AgentTask(
+            item.id, item.prompt_text, sandbox, dict(item.data.get("metadata") or {}), system_prompt=item.system_prompt
+        )
 
     def _run_agent(self, agent: Agent, trajectory_id: str, item: Item) -> AgentResult:
-        endpoint = Endpoint(self.server.url_for(trajectory_id), self.server.router.key_for(trajectory_id),
-                            self.cfg.model.name)
+        endpoint = Endpoint(self.server.url_for(trajectory_id), self.server.router.key_for(trajectory_id), self.cfg.model.name)
         try:
             with self._workspace(item) as sandbox:
                 return agent.run(self._task(item, sandbox), endpoint)
@@ -135,8 +152,10 @@ class AgentRolloutSource:
 
 def _agents_and_rewards(cfg: Config) -> tuple[dict[str, Agent], dict[str, Reward]]:
     if not cfg.data.mix:
-        return ({SINGLE_SOURCE: build_agent(cfg.agent.name, dict(cfg.agent.options))},
-                {SINGLE_SOURCE: _episode_reward(cfg, cfg.data.reward)})
+        return (
+            {SINGLE_SOURCE: build_agent(cfg.agent.name, dict(cfg.agent.options))},
+            {SINGLE_SOURCE: _episode_reward(cfg, cfg.data.reward)},
+        )
     agents, rewards = {}, {}
     for entry in cfg.data.mix:
         agent_name = entry.agent or cfg.agent.name
@@ -160,5 +179,6 @@ def _is_swe_reward(reward: Reward) -> bool:
 def run_sampling(rollout) -> SamplingDefaults:
     """The run's one sampling block (rollout.*), which the router applies to every episode's
     requests that do not set their own (agent options may override it)."""
-    return SamplingDefaults(temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
-                            max_new_tokens=rollout.max_new_tokens)
+    return SamplingDefaults(
+        temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k, max_new_tokens=rollout.max_new_tokens
+    )

@@ -1,5 +1,6 @@
 """Run checkpoints: the trainer's state plus the controller's (step, data position, weight
 version), published atomically through a `latest` pointer."""
+
 from __future__ import annotations
 
 import json

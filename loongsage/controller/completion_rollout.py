@@ -1,5 +1,6 @@
 """Single-completion rollout (no agent): each item's group is `group_size` sampled responses
 from the engines, scored by the reward workers."""
+
 from __future__ import annotations
 
 from loongsage.controller.data_stream import Item

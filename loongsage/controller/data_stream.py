@@ -7,14 +7,15 @@ out and is told when each is settled (trained, or dropped by the pipeline); a ch
 each source's next index and the cursor of every item handed out but not settled, so a
 resumed run replays exactly those first and then goes on, losing none and repeating none.
 """
+
 from __future__ import annotations
 
 import random
 import threading
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Sequence
 
 from loongsage.config import DataConfig
 from loongsage.tasks.registry import get_data_source
@@ -84,11 +85,14 @@ class DataStream:
 
     def __init__(self, cfg: DataConfig, batch_size: int, seed: int):
         entries = cfg.mix or [None]
-        self.sources = {name: SourceOrder(name, _load_items(source, options), system_prompt, cfg.shuffle, seed)
-                        for name, source, options, system_prompt in (_entry(cfg, entry) for entry in entries)}
+        self.sources = {
+            name: SourceOrder(name, _load_items(source, options), system_prompt, cfg.shuffle, seed)
+            for name, source, options, system_prompt in (_entry(cfg, entry) for entry in entries)
+        }
         total = sum(entry.weight for entry in cfg.mix) if cfg.mix else 1.0
-        self.shares = {name: round(batch_size * (entry.weight / total if entry else 1.0))
-                       for name, entry in zip(self.sources, entries)}
+        self.shares = {
+            name: round(batch_size * (entry.weight / total if entry else 1.0)) for name, entry in zip(self.sources, entries)
+        }
         self.next_index = dict.fromkeys(self.sources, 0)
         self._lock = threading.Lock()
         self._queued: deque[Item] = deque()  # to be handed out: replayed from a checkpoint, then the current batch
@@ -112,8 +116,9 @@ class DataStream:
     def load_state_dict(self, state: dict) -> None:
         unknown = sorted(set(self.sources) - set(state["next_index"]))
         if unknown:
-            raise ValueError(f"the checkpoint has no data position for source(s) {unknown} "
-                             f"(data.mix names must match the run that wrote it)")
+            raise ValueError(
+                f"the checkpoint has no data position for source(s) {unknown} (data.mix names must match the run that wrote it)"
+            )
         with self._lock:
             self.next_index = {name: int(state["next_index"][name]) for name in self.sources}
             replay = [self.sources[source].item_at(int(index)) for source, index in state["pending"]]
@@ -151,6 +156,7 @@ def from_legacy_state(checkpoint: dict, stream: DataStream) -> dict:
     """The data state of a checkpoint written before items had cursors: `prompts` held each
     stream's (epoch, index), and `pending` each unsettled item as (that state, offset in the
     batch taken from it)."""
+
     def cursor(name: str, position: dict) -> int:
         return position["epoch"] * len(stream.sources[name].items) + position["index"]
 
@@ -158,9 +164,10 @@ def from_legacy_state(checkpoint: dict, stream: DataStream) -> dict:
         return {SINGLE_SOURCE: state} if set(stream.sources) == {SINGLE_SOURCE} else state
 
     def pending_at(state: dict, offset: int) -> list:
-        batch = [(name, cursor(name, per_source(state)[name]) + k)
-                 for name, share in stream.shares.items() for k in range(share)]
+        batch = [(name, cursor(name, per_source(state)[name]) + k) for name, share in stream.shares.items() for k in range(share)]
         return list(batch[offset])
 
-    return {"next_index": {name: cursor(name, position) for name, position in per_source(checkpoint["prompts"]).items()},
-            "pending": [pending_at(state, offset) for state, offset in checkpoint.get("pending", [])]}
+    return {
+        "next_index": {name: cursor(name, position) for name, position in per_source(checkpoint["prompts"]).items()},
+        "pending": [pending_at(state, offset) for state, offset in checkpoint.get("pending", [])],
+    }

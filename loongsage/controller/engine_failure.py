@@ -4,6 +4,7 @@ Until engines are restarted in place (a later issue), a run whose engine died ca
 the controller stops, names the engine and the step, and points at the checkpoint to resume
 from. Which engine died is asked of Ray, not guessed from the error that surfaced first
 (a dropped HTTP connection looks the same as a bad request's)."""
+
 from __future__ import annotations
 
 from pathlib import Path

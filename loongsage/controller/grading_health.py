@@ -5,12 +5,15 @@ out) says nothing about the patch. Such episodes carry `grading_error` in their 
 metadata, are counted apart (`rollout/grading_errors`), and a batch in which gradings failed
 and none ran to a verdict stops the run: it could only ever score 0.
 """
+
 from __future__ import annotations
 
 from loongsage.sample import Sample
 
-_FIX = ("install bubblewrap (apt-get install bubblewrap), or choose a sandbox backend that runs the framework's "
-        "Python with agent.sandbox=NAME (`python -m loongsage.tasks.swe check TASKS.jsonl --backend NAME` tries one)")
+_FIX = (
+    "install bubblewrap (apt-get install bubblewrap), or choose a sandbox backend that runs the framework's "
+    "Python with agent.sandbox=NAME (`python -m loongsage.tasks.swe check TASKS.jsonl --backend NAME` tries one)"
+)
 
 
 class GradingBroken(RuntimeError):

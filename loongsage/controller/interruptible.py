@@ -1,15 +1,17 @@
 """Waits the controller can give up: when the run must stop (Slurm's warning signal), a step
 still waiting for its rollout is abandoned rather than finished, so the checkpoint is written
 within the signal's delay however long the rollout would have taken."""
+
 from __future__ import annotations
 
 import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 STOP_POLL_S = 0.5  # how often a blocked wait looks at its stop condition
 
@@ -70,5 +72,8 @@ class InterruptibleCalls:
 def thread_stacks(threads: list[threading.Thread]) -> str:
     """Where each of `threads` is now (for a warning about threads that did not end)."""
     frames = sys._current_frames()
-    return "".join(f"thread {thread.name}:\n" + "".join(traceback.format_stack(frames[thread.ident]))
-                   for thread in threads if thread.ident in frames)
+    return "".join(
+        f"thread {thread.name}:\n" + "".join(traceback.format_stack(frames[thread.ident]))
+        for thread in threads
+        if thread.ident in frames
+    )

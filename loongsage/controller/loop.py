@@ -7,13 +7,14 @@ reward-worker actors), the RolloutGroup (one event loop thread carrying every en
 request, and the engine actors), the TrainGroup (the trainer actors), and the controller
 itself (one thread at a time for a long call it may give up on: InterruptibleCalls).
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 
@@ -53,8 +54,14 @@ class Controller:
         log.info("placement:\n%s", self.placement.describe())
         try:
             self.rollout = RolloutGroup(cfg.rollout, model_path, self.placement.engine_cpus, self.placement.engine_options)
-            self.trainer = TrainGroup(model_path, cfg.trainer, cfg.algorithm, cfg.run.seed,
-                                      ray_options=self.placement.trainer_options, cpus=self.placement.trainer_cpus)
+            self.trainer = TrainGroup(
+                model_path,
+                cfg.trainer,
+                cfg.algorithm,
+                cfg.run.seed,
+                ray_options=self.placement.trainer_options,
+                cpus=self.placement.trainer_cpus,
+            )
         except BaseException:
             self.placement.remove()
             raise
@@ -137,16 +144,22 @@ class Controller:
     def _warm_start(self, monitor: Monitor, stop: Callable[[], bool], abandon: Callable[[], bool]) -> None:
         ws = self.cfg.warm_start
         # The run's system prompt, so the demonstrations look exactly as the run's episodes will.
-        items = [Item("warm_start", index, data, self.cfg.data.system_prompt)
-                 for index, data in enumerate(get_data_source(ws.source)(**ws.options))]
+        items = [
+            Item("warm_start", index, data, self.cfg.data.system_prompt)
+            for index, data in enumerate(get_data_source(ws.source)(**ws.options))
+        ]
         samples = self.calls.call(lambda: self.source.demonstrations(items), stop, "recording the demonstrations")
         log.info("warm start: %d demonstrations from %s", len(samples), ws.source)
 
         def log_update(update: int, metrics: dict[str, float]) -> None:
             monitor.scalars(update, {"warm_start/nll": metrics["train/loss"], "warm_start/grad_norm": metrics["train/grad_norm"]})
 
-        self.calls.call(lambda: warm_start(samples, ws, self.trainer.supervised_step, self.cfg.run.seed, log_update),
-                        abandon, "the warm start", trainer_busy=True)
+        self.calls.call(
+            lambda: warm_start(samples, ws, self.trainer.supervised_step, self.cfg.run.seed, log_update),
+            abandon,
+            "the warm start",
+            trainer_busy=True,
+        )
         self.calls.call(self._sync_weights, abandon, "the weight sync after the warm start", trainer_busy=True)
 
     def _one_step(self, stop: Callable[[], bool], abandon: Callable[[], bool]) -> tuple[list[Sample], dict[str, float]]:
@@ -161,8 +174,12 @@ class Controller:
         # Episodes that failed because their engine died would train as zero-reward noise.
         self._stop_if_engines_died()
         self._assign_advantages(samples)
-        metrics = self.calls.call(lambda: self.trainer.train_step(samples, policy_version=self.weight_version),
-                                  abandon, f"training step {step}", trainer_busy=True)
+        metrics = self.calls.call(
+            lambda: self.trainer.train_step(samples, policy_version=self.weight_version),
+            abandon,
+            f"training step {step}",
+            trainer_busy=True,
+        )
         trained = time.perf_counter()
         self.calls.call(self._sync_weights, abandon, f"the weight sync of step {step}", trainer_busy=True)
         synced = time.perf_counter()
@@ -213,8 +230,12 @@ class Controller:
             push()
 
     def _save(self) -> None:
-        state = {"step": self.step, "weight_version": self.weight_version, "warm_started": self._warm_started,
-                 "data": self.data.state_dict()}
+        state = {
+            "step": self.step,
+            "weight_version": self.weight_version,
+            "warm_started": self._warm_started,
+            "data": self.data.state_dict(),
+        }
         save_checkpoint(self.run_dir, self.step, state, self.trainer.save_checkpoint)
         self._saved_step = self.step
 
@@ -227,8 +248,13 @@ class Controller:
         if interrupted.trainer_busy:
             checkpoint = latest_checkpoint(self.run_dir)
             kept = f"the last checkpoint is {checkpoint}" if checkpoint else "no checkpoint yet: the run starts over"
-            log.info("stopping at step %d: %s, nothing saved (%s; SIGTERM instead of Ctrl-C finishes the step in "
-                     "progress and saves it)", self.step, interrupted, kept)
+            log.info(
+                "stopping at step %d: %s, nothing saved (%s; SIGTERM instead of Ctrl-C finishes the step in "
+                "progress and saves it)",
+                self.step,
+                interrupted,
+                kept,
+            )
             return
         if not trained:
             log.info("stopping before training: nothing to save")

@@ -1,4 +1,5 @@
 """Batch statistics of a rollout, as TensorBoard scalars."""
+
 from __future__ import annotations
 
 import statistics

@@ -1,5 +1,6 @@
 """What a person watches: TensorBoard scalars, a console progress line, and a JSONL of
 sampled rollouts to read."""
+
 from __future__ import annotations
 
 import json

@@ -5,13 +5,15 @@ were dropped, and how stale what training took was.
 clock, so the threaded controller and the discrete-event simulator share it.
 `ThreadedPipeline` adds the lock and the waiting.
 """
+
 from __future__ import annotations
 
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from loongsage.controller.interruptible import StepInterrupted, poll_timeout
 from loongsage.controller.windows import StalenessWindow
@@ -131,8 +133,9 @@ class ThreadedPipeline:
             self.error = self.error or error
             self._admit()
 
-    def take(self, version: int, timeout: float | None = None,
-             stop: Callable[[], bool] = lambda: False) -> tuple[list[FinishedGroup], TakeStats, float]:
+    def take(
+        self, version: int, timeout: float | None = None, stop: Callable[[], bool] = lambda: False
+    ) -> tuple[list[FinishedGroup], TakeStats, float]:
         """Block until a batch is ready: (batch, stats, seconds waited). `stop` is polled while
         waiting; once it is true the wait ends with StepInterrupted and nothing is taken."""
         started = time.perf_counter()
@@ -191,6 +194,7 @@ class ThreadedPipeline:
 
     def describe(self) -> str:
         b = self.buffer
-        return (f"{b.running} running, {len(b.ready)} ready, {b.trained} trained, {b.dropped_stale} dropped as stale, "
-                f"{b.filtered} filtered, {b.failed} failed")
-
+        return (
+            f"{b.running} running, {len(b.ready)} ready, {b.trained} trained, {b.dropped_stale} dropped as stale, "
+            f"{b.filtered} filtered, {b.failed} failed"
+        )

@@ -1,11 +1,13 @@
 """One asyncio event loop on its own thread that blocking callers in any thread run coroutines
 on, so requests from every rollout thread share its connection pools."""
+
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Coroutine
+from collections.abc import Coroutine
+from typing import Any
 
 CLOSE_TIMEOUT_S = 10.0
 

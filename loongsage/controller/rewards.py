@@ -1,6 +1,7 @@
 """Reward workers: Ray actors that score single completions, so slow or crashing reward code
 runs outside the controller and in parallel. (An agent episode is scored in its own episode
 thread, where its workspace is.)"""
+
 from __future__ import annotations
 
 import ray
@@ -20,8 +21,7 @@ class RewardWorker:
         from loongsage.tasks.scoring import score_safely
 
         # A single completion is an episode whose answer is the whole response.
-        return [score_safely(self.reward, item, AgentResult(exit_status="submitted", answer=response))
-                for response in responses]
+        return [score_safely(self.reward, item, AgentResult(exit_status="submitted", answer=response)) for response in responses]
 
 
 class RewardPool:

@@ -1,5 +1,6 @@
 """RolloutGroup: the inference engines (Ray actors serving SGLang's HTTP protocol) and the
 code that turns prompts into sampled `Sample`s through them."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,8 +12,8 @@ import ray
 
 from loongsage.cluster.actor_placement import check_one_per_actor
 from loongsage.config import RolloutConfig
-from loongsage.controller.engine_failure import dead_engines
 from loongsage.controller.data_stream import Item
+from loongsage.controller.engine_failure import dead_engines
 from loongsage.controller.request_loop import RequestLoop
 from loongsage.inference.activity import ActivityMeter
 from loongsage.inference.client import EngineClient
@@ -24,11 +25,13 @@ MAX_RESUMES = 64  # weight updates one response may live through; the staleness 
 
 
 class RolloutGroup:
-    def __init__(self, cfg: RolloutConfig, model_path: str, cpus: list[list[int]] | None = None,
-                 ray_options: list[dict] | None = None):
+    def __init__(
+        self, cfg: RolloutConfig, model_path: str, cpus: list[list[int]] | None = None, ray_options: list[dict] | None = None
+    ):
         """`cpus`: the cores of each engine (disaggregated placement on this machine); None: all cores.
         `ray_options`: each engine's Ray actor options (its placement-group seat); None: Ray's defaults."""
         from loongsage.inference.engines import engine_actor
+
         engine = engine_actor(cfg.engine)
 
         check_one_per_actor(cpus, cfg.num_engines, "RolloutGroup cpus", "rollout.num_engines")
@@ -46,8 +49,8 @@ class RolloutGroup:
         }
         self.actors = [
             engine.options(**(ray_options[i] if ray_options else {})).remote(
-                model_path, {**engine_cfg, "num_threads": len(cpus[i]) if cpus else cfg.num_threads},
-                cpus[i] if cpus else None)
+                model_path, {**engine_cfg, "num_threads": len(cpus[i]) if cpus else cfg.num_threads}, cpus[i] if cpus else None
+            )
             for i in range(cfg.num_engines)
         ]
         # Engines load their weights while the caller goes on (e.g. to start the trainer).
@@ -123,8 +126,9 @@ class RolloutGroup:
             jobs.append(self._sample(client, item, prompt_text, prompt_ids, index, request_seed))
         return list(await asyncio.gather(*jobs))
 
-    async def _sample(self, client: EngineClient, item: Item, prompt_text: str, prompt_ids: list[int], index: int,
-                      request_seed: int) -> Sample:
+    async def _sample(
+        self, client: EngineClient, item: Item, prompt_text: str, prompt_ids: list[int], index: int, request_seed: int
+    ) -> Sample:
         sampling_params = {
             "temperature": self.cfg.temperature,
             "top_p": self.cfg.top_p,

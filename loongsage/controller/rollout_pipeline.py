@@ -10,14 +10,16 @@ Threads: the producer and the group pool are this object's; `close()` stops admi
 the producer, `wait_for_groups()` waits for running groups once the engines are stopped (the
 controller's shutdown order says when).
 """
+
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
 from dataclasses import replace
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 
@@ -48,8 +50,7 @@ class RolloutPipeline:
     """Takes items from `data` (which replays a checkpoint's unsettled items first) and settles
     each once it is trained or dropped, so `data.state_dict()` is the whole data position."""
 
-    def __init__(self, cfg: Config, data: DataStream, source: RolloutSource, rollout: RolloutGroup | None,
-                 first_index: int = 0):
+    def __init__(self, cfg: Config, data: DataStream, source: RolloutSource, rollout: RolloutGroup | None, first_index: int = 0):
         self.cfg = pipeline_settings(cfg)
         self.data = data
         self.source = source

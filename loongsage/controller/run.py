@@ -7,6 +7,7 @@ Shutdown order, the one place it is written (each step needs the ones after it s
 4. whatever the run started and is still alive is killed (Ray's agents can outlive it);
 5. the signal handlers are put back, and a stopped run says how to go on and exits.
 """
+
 from __future__ import annotations
 
 import logging
@@ -92,8 +93,13 @@ def resume_command(run_dir: Path) -> str:
 
 def _say_how_to_go_on(cfg: Config, stop: RunStop, run_dir: Path) -> None:
     if stop.preemption.requested and stop.signum is None:
-        log.info("stopped on %s, %.1f s after it (Slurm allows cluster.signal_delay_s=%s); the run goes on from %s",
-                 stop.reason, stop.seconds_since(), cfg.cluster.signal_delay_s, run_dir)
+        log.info(
+            "stopped on %s, %.1f s after it (Slurm allows cluster.signal_delay_s=%s); the run goes on from %s",
+            stop.reason,
+            stop.seconds_since(),
+            cfg.cluster.signal_delay_s,
+            run_dir,
+        )
         stop.preemption.requeue(cfg.cluster.max_requeues)
         raise SystemExit(PREEMPTED_EXIT_CODE)
     # A stop someone asked for: status, like the preempted one above, not a warning.

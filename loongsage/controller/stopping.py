@@ -14,6 +14,7 @@ Handlers only record the signal (the main thread may hold locks the handler woul
 controller polls `requested` / `urgent` at safe points. The exception is the second signal:
 the person has stopped waiting, so the handler kills the run's process tree and exits.
 """
+
 from __future__ import annotations
 
 import logging

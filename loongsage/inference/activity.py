@@ -4,6 +4,7 @@ Measured where requests are sent (the rollout group, the router), so it reads th
 the embedded engine and for SGLang. The engines count as idle when no request is in flight
 and while they are paused for a weight update.
 """
+
 from __future__ import annotations
 
 import threading

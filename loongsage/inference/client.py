@@ -1,4 +1,5 @@
 """HTTP client for SGLang-protocol engines: the embedded CPU engine and real SGLang servers."""
+
 from __future__ import annotations
 
 import asyncio
@@ -24,15 +25,22 @@ class EngineClient:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self._pool: RetiringPool[httpx.Client] = RetiringPool(
-            lambda: httpx.Client(base_url=self.base_url, timeout=timeout, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S)))
+            lambda: httpx.Client(base_url=self.base_url, timeout=timeout, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S))
+        )
         self._apool: RetiringPool[httpx.AsyncClient] | None = None
         self._apool_loop: asyncio.AbstractEventLoop | None = None
 
     # ---- generation --------------------------------------------------------------------
     @staticmethod
-    def generate_body(input_ids=None, text=None, sampling_params: dict | list | None = None,
-                      return_logprob: bool = False, logprob_start_len: int | None = None,
-                      rid: str | list[str] | None = None, **extra: Any) -> dict:
+    def generate_body(
+        input_ids=None,
+        text=None,
+        sampling_params: dict | list | None = None,
+        return_logprob: bool = False,
+        logprob_start_len: int | None = None,
+        rid: str | list[str] | None = None,
+        **extra: Any,
+    ) -> dict:
         """The `/generate` body; `extra` passes through any other SGLang field verbatim."""
         body: dict[str, Any] = {"sampling_params": sampling_params or {}, "return_logprob": return_logprob}
         if input_ids is not None:
@@ -45,13 +53,15 @@ class EngineClient:
             body["rid"] = rid
         return {**body, **extra}
 
-    def generate(self, input_ids=None, text=None, sampling_params=None, return_logprob=False,
-                 logprob_start_len=None, rid=None, **extra) -> dict | list[dict]:
+    def generate(
+        self, input_ids=None, text=None, sampling_params=None, return_logprob=False, logprob_start_len=None, rid=None, **extra
+    ) -> dict | list[dict]:
         body = self.generate_body(input_ids, text, sampling_params, return_logprob, logprob_start_len, rid, **extra)
         return self._request("POST", "/generate", body)
 
-    async def agenerate(self, input_ids=None, text=None, sampling_params=None, return_logprob=False,
-                        logprob_start_len=None, rid=None, **extra) -> dict | list[dict]:
+    async def agenerate(
+        self, input_ids=None, text=None, sampling_params=None, return_logprob=False, logprob_start_len=None, rid=None, **extra
+    ) -> dict | list[dict]:
         body = self.generate_body(input_ids, text, sampling_params, return_logprob, logprob_start_len, rid, **extra)
         return await self._arequest("POST", "/generate", body)
 
@@ -83,14 +93,22 @@ class EngineClient:
     def get_weight_version(self) -> str:
         return self._request("GET", "/get_weight_version")["weight_version"]
 
-    def update_weights_from_tensor(self, serialized_named_tensors: list, load_format: str | None = None,
-                                   flush_cache: bool = True, weight_version: str | None = None):
-        body = {"serialized_named_tensors": serialized_named_tensors, "load_format": load_format,
-                "flush_cache": flush_cache, "weight_version": weight_version}
+    def update_weights_from_tensor(
+        self,
+        serialized_named_tensors: list,
+        load_format: str | None = None,
+        flush_cache: bool = True,
+        weight_version: str | None = None,
+    ):
+        body = {
+            "serialized_named_tensors": serialized_named_tensors,
+            "load_format": load_format,
+            "flush_cache": flush_cache,
+            "weight_version": weight_version,
+        }
         return self._request("POST", "/update_weights_from_tensor", body)
 
-    def update_weights_from_disk(self, model_path: str, weight_version: str | None = None,
-                                 load_format: str | None = None):
+    def update_weights_from_disk(self, model_path: str, weight_version: str | None = None, load_format: str | None = None):
         body = {"model_path": model_path, "weight_version": weight_version, "load_format": load_format}
         return self._request("POST", "/update_weights_from_disk", body)
 
@@ -143,8 +161,7 @@ class EngineClient:
         loop = asyncio.get_running_loop()
         if self._apool is None or self._apool_loop is not loop:
             limits = httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=KEEPALIVE_S)
-            self._apool = RetiringPool(lambda: httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout,
-                                                                 limits=limits))
+            self._apool = RetiringPool(lambda: httpx.AsyncClient(base_url=self.base_url, timeout=self.timeout, limits=limits))
             self._apool_loop = loop
         return self._apool
 

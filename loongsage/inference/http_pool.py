@@ -6,11 +6,13 @@ and the next request to take it, perhaps another trajectory's, fails for nothing
 such a request retires its whole client: later requests get a fresh one, and the retired one is
 closed once the requests still running on it (on other connections, unharmed) are done.
 """
+
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Generic, TypeVar
+from typing import Generic, TypeVar
 
 Client = TypeVar("Client")
 

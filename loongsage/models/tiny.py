@@ -1,4 +1,5 @@
 """`tiny`: a random-init small Llama with the default model's tokenizer, for fast tests."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -9,6 +9,7 @@ completion arrives as one whose `answer` is the response). `completion_reward` a
 common `fn(response, label) -> float`. Anything outside the framework is reached as
 "package.module:attribute" without registering it here.
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,6 +32,7 @@ REWARDS: Registry[Reward] = Registry("reward")
 def completion_reward(score: Callable[[str, str], float]) -> Reward:
     """`score(response, label) -> float` as a reward: the response is what the agent answered
     (empty when it answered nothing), the label the item's."""
+
     @functools.wraps(score)
     def reward(item: dict, result: Any) -> tuple[float, dict]:
         return score(result.answer or "", str(item["label"])), {}

@@ -1,5 +1,6 @@
 """Scoring that a faulty reward cannot crash: one bad response should cost one sample's
 reward and bump an error metric, not stop the run."""
+
 from __future__ import annotations
 
 import math

@@ -8,6 +8,7 @@ of a per-token tensor is position first_column + c and predicts `targets[:, c]` 
 `input_ids[:, first_column + c + 1]`: response token j of a sample with prompt length P sits
 in column P + j - 1 - first_column.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ class PackedBatch:
 
     @property
     def targets(self) -> Tensor:
-        return self.input_ids[:, self.first_column + 1:]
+        return self.input_ids[:, self.first_column + 1 :]
 
     @property
     def logits_to_keep(self) -> int:
@@ -115,14 +116,10 @@ def check_samples(samples: list[Sample]) -> None:
 
 def _check_sample(index: int, sample: Sample) -> None:
     if not sample.prompt_ids:
-        raise ValueError(
-            f"sample {index}: prompt_ids is empty; the first response token needs a prompt token before it"
-        )
+        raise ValueError(f"sample {index}: prompt_ids is empty; the first response token needs a prompt token before it")
     if not sample.response_ids:
         raise ValueError(f"sample {index}: response_ids is empty")
     for name in ("loss_mask", "response_logprobs", "weight_versions"):
         values = getattr(sample, name)
         if values and len(values) != len(sample.response_ids):
-            raise ValueError(
-                f"sample {index}: {name} has {len(values)} entries but response_ids has {len(sample.response_ids)}"
-            )
+            raise ValueError(f"sample {index}: {name} has {len(values)} entries but response_ids has {len(sample.response_ids)}")

@@ -1,12 +1,13 @@
 """All-or-nothing checkpoint directories: written under a scratch name, then renamed."""
+
 from __future__ import annotations
 
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 
 @contextmanager

@@ -4,6 +4,7 @@ The HF/torch.distributed backend (`loongsage.training.fsdp.TrainWorker`) impleme
 a Megatron backend slots in by implementing the same methods. Every method except
 `rendezvous_address` is collective: the group calls it on all ranks at once.
 """
+
 from __future__ import annotations
 
 from typing import Protocol

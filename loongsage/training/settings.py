@@ -2,6 +2,7 @@
 `AlgorithmConfig`): one place for every default. Callers may hand in those, an OmegaConf
 node or any object with the same attribute names; workers always get plain dataclasses,
 so a Ray actor never depends on the config library."""
+
 from __future__ import annotations
 
 from dataclasses import fields

@@ -1,7 +1,8 @@
 """Group named tensors into buckets of bounded size, in a stable order."""
+
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import torch
 

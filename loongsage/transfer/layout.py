@@ -1,11 +1,15 @@
 """Describe a bucket as one flat byte buffer plus a JSON-able table of contents."""
+
 from __future__ import annotations
 
 import torch
 
 from loongsage.transfer.buckets import NamedTensors
 
-DTYPES = {str(d).removeprefix("torch."): d for d in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32)}
+DTYPES = {
+    str(d).removeprefix("torch."): d
+    for d in (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int64, torch.int32)
+}
 
 
 ALIGN = 64  # every tensor starts on a boundary any dtype can be viewed at

@@ -1,8 +1,9 @@
 """Weight sync v0: every bucket to every engine, tagged with the new weight version."""
+
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from collections.abc import Iterable
 from urllib.parse import urlparse
 
 import torch
@@ -39,7 +40,11 @@ def push_weights(
                 )
         num_buckets += 1
         num_bytes += sum(t.numel() * t.element_size() for _, t in bucket)
-    return {"transfer/bytes": float(num_bytes), "transfer/buckets": float(num_buckets), "transfer/seconds": time.perf_counter() - start}
+    return {
+        "transfer/bytes": float(num_bytes),
+        "transfer/buckets": float(num_buckets),
+        "transfer/seconds": time.perf_counter() - start,
+    }
 
 
 SAME_HOST_TRANSPORTS = ("shm",)
@@ -52,6 +57,8 @@ def check_reach(transport: str, engine_urls: list[str], sender_host: str) -> Non
         return
     far = [url for url in engine_urls if urlparse(url).hostname not in (*LOOPBACK, sender_host)]
     if far:
-        raise ValueError(f"trainer.weight_sync_transport={transport} reaches only engines on the trainer's machine "
-                         f"({sender_host}); {', '.join(far)} are on other machines: set "
-                         f"trainer.weight_sync_transport=inline")
+        raise ValueError(
+            f"trainer.weight_sync_transport={transport} reaches only engines on the trainer's machine "
+            f"({sender_host}); {', '.join(far)} are on other machines: set "
+            f"trainer.weight_sync_transport=inline"
+        )

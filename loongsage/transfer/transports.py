@@ -5,18 +5,18 @@ until every receiver has copied it) and a receiver half (`unpack`). The payload 
 in the `serialized_named_tensors` field of SGLang's `/update_weights_from_tensor`, with
 the transport's name as `load_format`. TransferMesh adds CUDA IPC and NCCL routes later.
 """
+
 from __future__ import annotations
 
 import base64
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from multiprocessing import resource_tracker, shared_memory
-from typing import Callable, ContextManager, Iterator
 
 import torch
 
 from loongsage.transfer.buckets import NamedTensors
 from loongsage.transfer.layout import read_flat, table_of_contents, write_flat
-
 
 _CREATED_HERE: set[str] = set()
 
@@ -66,7 +66,7 @@ def unpack_inline(payload: dict) -> NamedTensors:
     return read_flat(flat, payload["tensors"])
 
 
-PACKERS: dict[str, Callable[[NamedTensors], ContextManager[dict]]] = {"shm": pack_shm, "inline": pack_inline}
+PACKERS: dict[str, Callable[[NamedTensors], AbstractContextManager[dict]]] = {"shm": pack_shm, "inline": pack_inline}
 UNPACKERS: dict[str, Callable[[dict], NamedTensors]] = {"shm": unpack_shm, "inline": unpack_inline}
 
 

@@ -8,6 +8,7 @@ output ids. It exists because no real model can be made to emit a given text on 
 random tiny model never writes `<tool_call>` markup, nor a word in odd pieces), and those
 paths of the router must still be driven end to end over HTTP.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -92,8 +93,12 @@ class ScriptedEngine:
                 "text": self.tokenizer.decode(reply.ids, skip_special_tokens=True),
                 "output_ids": reply.ids,
                 "meta_info": {
-                    "id": body.get("rid"), "finish_reason": reply.finish, "prompt_tokens": len(body["input_ids"]),
-                    "completion_tokens": len(reply.ids), "cached_tokens": 0, "weight_version": reply.version,
+                    "id": body.get("rid"),
+                    "finish_reason": reply.finish,
+                    "prompt_tokens": len(body["input_ids"]),
+                    "completion_tokens": len(reply.ids),
+                    "cached_tokens": 0,
+                    "weight_version": reply.version,
                     "output_token_logprobs": [[-0.25 - 0.01 * i, t, None] for i, t in enumerate(reply.ids)],
                 },
             }
@@ -126,8 +131,10 @@ class ScriptedEngine:
 
 
 def start_router(engine_url: str, model_path: str, tokenizer=None, **settings) -> RouterServer:
-    router = Router(RouterConfig(model=str(model_path), engine_urls=(engine_url,), served_model_names=("tiny",),
-                                 **settings), tokenizer=tokenizer)
+    router = Router(
+        RouterConfig(model=str(model_path), engine_urls=(engine_url,), served_model_names=("tiny",), **settings),
+        tokenizer=tokenizer,
+    )
     server = RouterServer(router)
     server.start()
     return server

@@ -1,5 +1,6 @@
 """Helpers for the sandbox tests: which backends run here, what is running on the host, and
 backends that cannot run the framework's Python (by import path, also from subprocesses)."""
+
 from __future__ import annotations
 
 import functools
@@ -20,8 +21,10 @@ RUNNABLE = ["bwrap", "local"]
 def backend_params() -> list:
     """One pytest param per backend that runs commands, skipped where it does not work."""
     return [
-        pytest.param(name, marks=pytest.mark.skipif(name not in available_backends(),
-                                                     reason=f"sandbox backend {name!r} does not work here"))
+        pytest.param(
+            name,
+            marks=pytest.mark.skipif(name not in available_backends(), reason=f"sandbox backend {name!r} does not work here"),
+        )
         for name in RUNNABLE
     ]
 
@@ -110,5 +113,10 @@ UID_WITHOUT_PYTHON = f"{__name__}:UidWithoutPythonSandbox"
 def no_python_backends() -> list:
     """Backends that cannot run the framework's Python, each where it can be simulated."""
     uid_blocked = os.geteuid() == 0 and sandbox_uid_blocker() is not None
-    return [NO_PYTHON, pytest.param(UID_WITHOUT_PYTHON, marks=pytest.mark.skipif(
-        not uid_blocked, reason="needs root and a framework Python that a sandbox uid cannot reach"))]
+    return [
+        NO_PYTHON,
+        pytest.param(
+            UID_WITHOUT_PYTHON,
+            marks=pytest.mark.skipif(not uid_blocked, reason="needs root and a framework Python that a sandbox uid cannot reach"),
+        ),
+    ]

@@ -1,6 +1,7 @@
 """Whole agent episodes through the router: the white-box tool agent driven by scripted model
 replies (a random tiny model never writes tool-call markup), and mini-swe-agent, unmodified,
 on the real embedded engine with the tiny model."""
+
 from __future__ import annotations
 
 import json
@@ -24,7 +25,7 @@ PROMPT = "add(2, 3) returns -1 instead of 5. Fix calc.py."
 
 
 def _tool_call(name: str, **arguments) -> str:
-    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +43,9 @@ def test_tool_agent_fixes_the_bug_and_every_turn_is_recorded(tiny_model_path, to
         engine.say(_tool_call("submit"))
         agent = build_agent("tool", {"max_turns": 6, "max_tokens": 64})
         with create_sandbox(REPO) as sandbox:
-            result = agent.run(AgentTask("calc-1", PROMPT, sandbox),
-                               Endpoint(router.url_for("calc-1"), router.router.api_key, "tiny"))
+            result = agent.run(
+                AgentTask("calc-1", PROMPT, sandbox), Endpoint(router.url_for("calc-1"), router.router.api_key, "tiny")
+            )
             assert sandbox.exec("python3 -m pytest -q tests").exit_code == 0
         assert result.exit_status == "submitted" and result.turns == 4
         assert "+    return a + b" in result.patch
@@ -70,11 +72,13 @@ def test_mini_swe_agent_runs_unmodified_through_the_router(tiny_model_path, toke
     proxy = RecordingProxy(engine.base_url)
     router = start_router(proxy.url, tiny_model_path, tokenizer)
     try:
-        agent = build_agent("mini_swe_agent", {"step_limit": 2, "timeout_s": 300,
-                                               "extra_config": ("model.model_kwargs.max_tokens=24",)})
+        agent = build_agent(
+            "mini_swe_agent", {"step_limit": 2, "timeout_s": 300, "extra_config": ("model.model_kwargs.max_tokens=24",)}
+        )
         with create_sandbox(REPO) as sandbox:
-            result = agent.run(AgentTask("calc-mini", PROMPT, sandbox),
-                               Endpoint(router.url_for("calc-mini", 1), router.router.api_key, "tiny"))
+            result = agent.run(
+                AgentTask("calc-mini", PROMPT, sandbox), Endpoint(router.url_for("calc-mini", 1), router.router.api_key, "tiny")
+            )
         assert result.exit_status in ("exited", "error"), result
         trajectory = router.router.store.pop("calc-mini")
         assert trajectory is not None, f"mini-swe-agent never reached the router: {result.log}"

@@ -1,4 +1,5 @@
 """The white-box agent's tools against a real sandbox: results, and every model mistake as text."""
+
 from __future__ import annotations
 
 import json
@@ -34,16 +35,19 @@ def test_write_file_creates_and_bash_reports_failures(sandbox):
     assert out.splitlines() == ["exit code 3", "stderr:", "oops"]
 
 
-@pytest.mark.parametrize("name, raw, expected", [
-    ("rm_rf", "{}", "unknown tool 'rm_rf'"),
-    ("bash", "{not json", "not valid JSON"),
-    ("bash", "[1, 2]", "must be a JSON object"),
-    ("bash", "{}", "needs string argument(s) command"),
-    ("str_replace", json.dumps({"path": "pkg/mod.py", "old_str": "zzz", "new_str": "y"}), "old_str not found"),
-    ("str_replace", json.dumps({"path": "pkg/mod.py", "old_str": "a", "new_str": "y"}), "found 3 times"),
-    ("read_file", json.dumps({"path": "missing.py"}), "missing.py"),
-    ("read_file", json.dumps({"path": "../../etc/passwd"}), "../../etc/passwd"),
-])
+@pytest.mark.parametrize(
+    "name, raw, expected",
+    [
+        ("rm_rf", "{}", "unknown tool 'rm_rf'"),
+        ("bash", "{not json", "not valid JSON"),
+        ("bash", "[1, 2]", "must be a JSON object"),
+        ("bash", "{}", "needs string argument(s) command"),
+        ("str_replace", json.dumps({"path": "pkg/mod.py", "old_str": "zzz", "new_str": "y"}), "old_str not found"),
+        ("str_replace", json.dumps({"path": "pkg/mod.py", "old_str": "a", "new_str": "y"}), "found 3 times"),
+        ("read_file", json.dumps({"path": "missing.py"}), "missing.py"),
+        ("read_file", json.dumps({"path": "../../etc/passwd"}), "../../etc/passwd"),
+    ],
+)
 def test_model_mistakes_come_back_as_text(sandbox, name, raw, expected):
     outcome = run_tool(name, raw, sandbox, command_timeout_s=10)
     assert outcome.text.startswith("error:") and expected in outcome.text

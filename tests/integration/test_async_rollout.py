@@ -1,5 +1,6 @@
 """Rollout beside training against a real engine actor: partial rollouts across weight updates
 (pause, abort, continue), token versions, and a count of every group started."""
+
 from __future__ import annotations
 
 import time
@@ -126,7 +127,7 @@ def test_partial_rollouts_keep_tokens_across_updates_and_lose_nothing(engines, t
 def test_one_step_off_trains_on_the_previous_version_only(engines, tiny_model_path):
     cfg = _config("one_step_off")
     batches, _, _ = _run(cfg, engines, tiny_model_path, steps=4)
-    for step, (version, samples, metrics) in enumerate(batches):
+    for step, (version, samples, _) in enumerate(batches):
         lags = {version - v for s in samples for v in s.weight_versions}
         # The first two batches both start from the first weights; after that exactly one behind.
         assert lags == ({0} if step == 0 else {1}), (step, lags)

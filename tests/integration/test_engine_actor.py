@@ -1,4 +1,5 @@
 """The engine as a real Ray actor, reached over HTTP from the driver."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,7 @@
 """Hostile requests at the embedded engine's /generate over real HTTP: each is a 400 (413 for
 size) naming the field, none disturbs the requests batched with it, and an engine failure is a
 500 for the requests it hit, never a 200 with an empty reply."""
+
 from __future__ import annotations
 
 import asyncio
@@ -71,11 +72,18 @@ def test_hostile_generate_requests_get_400_naming_the_field(server, raw, field):
     assert response.json()["error"]["field"].startswith(field), response.text
 
 
-@pytest.mark.parametrize("params", [
-    {"temperature": 1.401298464324817e-45, "top_p": 0.5},  # tempered logits overflowed to inf -> NaN
-    {"temperature": 1e-300}, {"temperature": 1e-45, "top_k": 5}, {"top_p": 5e-324},
-    {"top_k": 2**31 - 1, "sampling_seed": 2**64 - 1}, {"sampling_seed": -(2**63)}, {"temperature": 1e300},
-])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"temperature": 1.401298464324817e-45, "top_p": 0.5},  # tempered logits overflowed to inf -> NaN
+        {"temperature": 1e-300},
+        {"temperature": 1e-45, "top_k": 5},
+        {"top_p": 5e-324},
+        {"top_k": 2**31 - 1, "sampling_seed": 2**64 - 1},
+        {"sampling_seed": -(2**63)},
+        {"temperature": 1e300},
+    ],
+)
 def test_extreme_but_valid_sampling_parameters_generate(client, params):
     out = client.generate(input_ids=PROMPT, sampling_params={"max_new_tokens": 3, "ignore_eos": True, **params})
     assert len(out["output_ids"]) == 3
@@ -93,14 +101,20 @@ def test_bad_requests_leave_the_batch_they_join_untouched(server, client):
     tokens and a normal finish; every hostile one its own 400."""
     good = [{"temperature": 1.0, "max_new_tokens": 48, "ignore_eos": True, "sampling_seed": 7 + i} for i in range(6)]
     alone = [client.generate(input_ids=PROMPT + [i], sampling_params=sp)["output_ids"] for i, sp in enumerate(good)]
-    hostile = [_body(f', "top_k": {2**70}'), _body(f', "sampling_seed": {2**70}'), _body(', "temperature": NaN'),
-               _body(', "top_p": Infinity'), f'{{"text": "{LONE}"}}']
+    hostile = [
+        _body(f', "top_k": {2**70}'),
+        _body(f', "sampling_seed": {2**70}'),
+        _body(', "temperature": NaN'),
+        _body(', "top_p": Infinity'),
+        f'{{"text": "{LONE}"}}',
+    ]
 
     async def together():
         await asyncio.to_thread(client.pause_generation)
         try:
-            goods = [asyncio.create_task(client.agenerate(input_ids=PROMPT + [i], sampling_params=sp))
-                     for i, sp in enumerate(good)]
+            goods = [
+                asyncio.create_task(client.agenerate(input_ids=PROMPT + [i], sampling_params=sp)) for i, sp in enumerate(good)
+            ]
             await asyncio.to_thread(wait_until_queued, server, len(good))
             async with httpx.AsyncClient(base_url=server.base_url) as raw:
                 bads = await asyncio.gather(*(raw.post("/generate", content=body) for body in hostile))
@@ -135,14 +149,16 @@ def test_a_request_that_breaks_sampling_fails_alone(server, client):
     (submitted to the scheduler directly, as a value validation missed would arrive) is failed on
     its own, and the sequences sharing its steps finish with the tokens they get alone."""
     good = [SamplingParams(temperature=1.0, max_new_tokens=16, ignore_eos=True, sampling_seed=3 + i) for i in range(4)]
-    alone = [client.generate(input_ids=PROMPT + [i], sampling_params=dataclasses.asdict(sp))["output_ids"]
-             for i, sp in enumerate(good)]
+    alone = [
+        client.generate(input_ids=PROMPT + [i], sampling_params=dataclasses.asdict(sp))["output_ids"] for i, sp in enumerate(good)
+    ]
     bad = SamplingParams(max_new_tokens=16, top_k=2**70)
     done = threading.Semaphore(0)
-    seqs = [Sequence(rid=f"good-{i}", prompt_ids=PROMPT + [i], params=sp, stop_ids=frozenset(),
-                     on_done=lambda _: done.release()) for i, sp in enumerate(good)]
-    seqs.insert(2, Sequence(rid="bad", prompt_ids=PROMPT, params=bad, stop_ids=frozenset(),
-                            on_done=lambda _: done.release()))
+    seqs = [
+        Sequence(rid=f"good-{i}", prompt_ids=PROMPT + [i], params=sp, stop_ids=frozenset(), on_done=lambda _: done.release())
+        for i, sp in enumerate(good)
+    ]
+    seqs.insert(2, Sequence(rid="bad", prompt_ids=PROMPT, params=bad, stop_ids=frozenset(), on_done=lambda _: done.release()))
     for seq in seqs:
         server.engine.scheduler.submit(seq)
     for _ in seqs:

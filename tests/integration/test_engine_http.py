@@ -1,4 +1,5 @@
 """The embedded engine over real HTTP, checked against transformers on the tiny model."""
+
 from __future__ import annotations
 
 import asyncio
@@ -38,7 +39,7 @@ def _hf_greedy(hf_tiny, prompt: list[int], n: int) -> list[int]:
     with torch.no_grad():
         for _ in range(n):
             ids.append(int(hf_tiny(torch.tensor([ids])).logits[0, -1].argmax()))
-    return ids[len(prompt):]
+    return ids[len(prompt) :]
 
 
 def _hf_logprobs(hf_tiny, ids: list[int]) -> list[float]:
@@ -48,22 +49,25 @@ def _hf_logprobs(hf_tiny, ids: list[int]) -> list[float]:
     return torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0].tolist()
 
 
-@pytest.mark.parametrize("body, field", [
-    ({"input_ids": [1, 2], "sampling_params": {"temprature": 1.0}}, "sampling_params.temprature"),
-    ({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": -1}}, "sampling_params.max_new_tokens"),
-    ({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 300}}, "sampling_params.max_new_tokens"),
-    ({"input_ids": [1, 2], "sampling_params": {"temperature": "hot"}}, "sampling_params.temperature"),
-    ({"input_ids": [1, 2], "sampling_params": {"top_p": 0}}, "sampling_params.top_p"),
-    ({"input_ids": [1, 10**9]}, "input_ids"),
-    ({"input_ids": [[1, 2], [3, -4]]}, "input_ids[1]"),
-    ({"input_ids": "1 2"}, "input_ids"),
-    ({"input_ids": []}, "input_ids"),
-    ({"input_ids": [1, 2], "return_logprob": "yes"}, "return_logprob"),
-    ({"input_ids": [1, 2], "logprob_start_len": 5}, "logprob_start_len"),
-    ({"input_ids": [1, 2], "colour": 1}, "colour"),
-    ({"sampling_params": {}}, "input_ids"),
-    ([1, 2, 3], "body"),
-])
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"input_ids": [1, 2], "sampling_params": {"temprature": 1.0}}, "sampling_params.temprature"),
+        ({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": -1}}, "sampling_params.max_new_tokens"),
+        ({"input_ids": [1, 2], "sampling_params": {"max_new_tokens": 300}}, "sampling_params.max_new_tokens"),
+        ({"input_ids": [1, 2], "sampling_params": {"temperature": "hot"}}, "sampling_params.temperature"),
+        ({"input_ids": [1, 2], "sampling_params": {"top_p": 0}}, "sampling_params.top_p"),
+        ({"input_ids": [1, 10**9]}, "input_ids"),
+        ({"input_ids": [[1, 2], [3, -4]]}, "input_ids[1]"),
+        ({"input_ids": "1 2"}, "input_ids"),
+        ({"input_ids": []}, "input_ids"),
+        ({"input_ids": [1, 2], "return_logprob": "yes"}, "return_logprob"),
+        ({"input_ids": [1, 2], "logprob_start_len": 5}, "logprob_start_len"),
+        ({"input_ids": [1, 2], "colour": 1}, "colour"),
+        ({"sampling_params": {}}, "input_ids"),
+        ([1, 2, 3], "body"),
+    ],
+)
 def test_bad_generate_requests_get_400_naming_the_field(server, body, field):
     response = httpx.post(f"{server.base_url}/generate", json=body)
     assert response.status_code == 400
@@ -91,33 +95,31 @@ def test_greedy_output_and_logprobs_match_transformers(client, hf_tiny):
     assert (meta["prompt_tokens"], meta["completion_tokens"]) == (len(PROMPT), 12)
     ours = [lp for lp, _, _ in meta["output_token_logprobs"]]
     assert [t for _, t, _ in meta["output_token_logprobs"]] == expected
-    assert ours == pytest.approx(_hf_logprobs(hf_tiny, PROMPT + expected)[len(PROMPT) - 1:], abs=1e-5)
+    assert ours == pytest.approx(_hf_logprobs(hf_tiny, PROMPT + expected)[len(PROMPT) - 1 :], abs=1e-5)
 
 
 def test_prompt_logprobs_and_teacher_scoring(client, hf_tiny):
     ids = PROMPT + [42, 43, 44]
     reference = _hf_logprobs(hf_tiny, ids)
-    scored = client.generate(input_ids=ids, sampling_params={"max_new_tokens": 0}, return_logprob=True,
-                             logprob_start_len=0)
+    scored = client.generate(input_ids=ids, sampling_params={"max_new_tokens": 0}, return_logprob=True, logprob_start_len=0)
     entries = scored["meta_info"]["input_token_logprobs"]
     assert scored["output_ids"] == [] and scored["meta_info"]["finish_reason"]["type"] == "length"
     assert entries[0] == [None, ids[0], None]
     assert [t for _, t, _ in entries] == ids
     assert [lp for lp, _, _ in entries[1:]] == pytest.approx(reference, abs=1e-5)
-    tail = client.generate(input_ids=ids, sampling_params={"max_new_tokens": 0}, return_logprob=True,
-                           logprob_start_len=len(PROMPT))
-    assert [lp for lp, _, _ in tail["meta_info"]["input_token_logprobs"]] == pytest.approx(
-        reference[len(PROMPT) - 1:], abs=1e-5)
+    tail = client.generate(
+        input_ids=ids, sampling_params={"max_new_tokens": 0}, return_logprob=True, logprob_start_len=len(PROMPT)
+    )
+    assert [lp for lp, _, _ in tail["meta_info"]["input_token_logprobs"]] == pytest.approx(reference[len(PROMPT) - 1 :], abs=1e-5)
 
 
 def test_batch_text_and_stop_token(client):
     first = client.generate(input_ids=PROMPT, sampling_params=_greedy(6))["output_ids"]
     stop_at = first[2]
-    out = client.generate(input_ids=[PROMPT, PROMPT[:4]], sampling_params=_greedy(6, stop_token_ids=[stop_at]),
-                          rid=["a", "b"])
+    out = client.generate(input_ids=[PROMPT, PROMPT[:4]], sampling_params=_greedy(6, stop_token_ids=[stop_at]), rid=["a", "b"])
     assert [o["meta_info"]["id"] for o in out] == ["a", "b"]
     first_stop = first.index(stop_at)
-    assert out[0]["output_ids"] == first[:first_stop + 1]
+    assert out[0]["output_ids"] == first[: first_stop + 1]
     assert out[0]["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop_at}
     texts = client.generate(text=["Hello there", "Hi"], sampling_params={"max_new_tokens": 3})
     assert len(texts) == 2 and all(isinstance(t["text"], str) for t in texts)
@@ -125,8 +127,7 @@ def test_batch_text_and_stop_token(client):
 
 def test_concurrent_requests_are_batched_and_reproducible(server, client):
     prompts = [PROMPT[: 3 + i % 5] + [100 + i] for i in range(16)]
-    params = [{"temperature": 1.0, "max_new_tokens": 6 + i, "ignore_eos": True, "sampling_seed": 1000 + i}
-              for i in range(16)]
+    params = [{"temperature": 1.0, "max_new_tokens": 6 + i, "ignore_eos": True, "sampling_seed": 1000 + i} for i in range(16)]
     before = client.get_server_info()["stats"]["decode_steps"]
 
     async def all_at_once():
@@ -134,8 +135,10 @@ def test_concurrent_requests_are_batched_and_reproducible(server, client):
         # however the machine's load spreads out their arrival.
         await asyncio.to_thread(client.pause_generation)
         try:
-            requests = [asyncio.create_task(client.agenerate(input_ids=p, sampling_params=s, rid=f"r{i}"))
-                        for i, (p, s) in enumerate(zip(prompts, params))]
+            requests = [
+                asyncio.create_task(client.agenerate(input_ids=p, sampling_params=s, rid=f"r{i}"))
+                for i, (p, s) in enumerate(zip(prompts, params))
+            ]
             await asyncio.to_thread(wait_until_queued, server, len(requests))
         finally:
             await asyncio.to_thread(client.continue_generation)
@@ -156,8 +159,7 @@ def test_concurrent_requests_are_batched_and_reproducible(server, client):
 def test_identical_prompts_reuse_the_prefill(client):
     client.flush_cache()
     before = client.get_server_info()["stats"]
-    outs = client.generate(input_ids=[PROMPT] * 8, sampling_params={"max_new_tokens": 4, "temperature": 1.0},
-                           return_logprob=True)
+    outs = client.generate(input_ids=[PROMPT] * 8, sampling_params={"max_new_tokens": 4, "temperature": 1.0}, return_logprob=True)
     after = client.get_server_info()["stats"]
     assert after["prefills"] - before["prefills"] == 1
     assert after["prompt_cache_hits"] - before["prompt_cache_hits"] == 7
@@ -175,7 +177,7 @@ def test_prompts_opening_alike_prefill_their_common_prefix_once(client, hf_tiny)
     assert [o["meta_info"]["cached_tokens"] for o in together] == [len(opening)] * 3
     for prompt, out in zip(prompts, together):
         assert out["output_ids"] == _hf_greedy(hf_tiny, prompt, 5)
-        reference = _hf_logprobs(hf_tiny, prompt + out["output_ids"])[len(prompt) - 1:]
+        reference = _hf_logprobs(hf_tiny, prompt + out["output_ids"])[len(prompt) - 1 :]
         got = [lp for lp, _, _ in out["meta_info"]["output_token_logprobs"]]
         assert got == pytest.approx(reference, abs=1e-5)
     # A later prompt with the same opening continues the cached opening too.

@@ -1,5 +1,6 @@
 """The smoke run that CI and users rely on, through the real entry point: Hydra, Ray actors,
 HTTP engine, trainer, TensorBoard files, checkpoints and resume."""
+
 from __future__ import annotations
 
 import json
@@ -12,11 +13,27 @@ import pytest
 
 from tests.paths import REPO_ROOT
 
-SMOKE = ["recipe=math_grpo", "model=tiny", "rollout.prompts_per_step=4", "rollout.group_size=4",
-         "rollout.max_new_tokens=16", "trainer.micro_batch_size=4", "trainer.lr=1e-3",
-         "data.reward=tests.integration.toy_rewards:digit_fraction"]
-TAGS = ["rollout/reward_mean", "rollout/response_len_mean", "train/loss", "train/grad_norm", "train/mismatch_k3_kl",
-        "timing/step_s", "timing/rollout_s", "timing/train_s", "timing/weight_sync_s"]
+SMOKE = [
+    "recipe=math_grpo",
+    "model=tiny",
+    "rollout.prompts_per_step=4",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=16",
+    "trainer.micro_batch_size=4",
+    "trainer.lr=1e-3",
+    "data.reward=tests.integration.toy_rewards:digit_fraction",
+]
+TAGS = [
+    "rollout/reward_mean",
+    "rollout/response_len_mean",
+    "train/loss",
+    "train/grad_norm",
+    "train/mismatch_k3_kl",
+    "timing/step_s",
+    "timing/rollout_s",
+    "timing/train_s",
+    "timing/weight_sync_s",
+]
 
 
 def launch(*overrides: str, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -30,8 +47,10 @@ def launch(*overrides: str, timeout: int = 300) -> subprocess.CompletedProcess:
         except subprocess.TimeoutExpired:
             process.send_signal(signal.SIGABRT)
             stdout, stderr = process.communicate()
-            pytest.fail(f"launch.py did not end within {timeout} s\n--- stdout ---\n{stdout[-3000:]}\n"
-                        f"--- stderr (thread stacks at the abort) ---\n{stderr[-30000:]}")
+            pytest.fail(
+                f"launch.py did not end within {timeout} s\n--- stdout ---\n{stdout[-3000:]}\n"
+                f"--- stderr (thread stacks at the abort) ---\n{stderr[-30000:]}"
+            )
     return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
 
 

@@ -1,6 +1,7 @@
 """The agentic recipes through the real entry point with the tiny model: agent episodes in
 sandboxes, through the router, graded, trained on. (A random tiny model fixes nothing; what
 is checked is that every episode ran, was graded and reached the trainer.)"""
+
 from __future__ import annotations
 
 import shutil
@@ -13,12 +14,26 @@ from tests.integration.test_launch import launch, scalars
 TINY = ["model=tiny", "run.steps=2", "rollout.prompts_per_step=1", "rollout.group_size=2", "trainer.lr=1e-3"]
 
 
-@pytest.mark.parametrize("recipe, agent_overrides", [
-    ("agentic_swe", ["agent.options.max_turns=2", "agent.options.max_tokens=16", "warm_start.options.count=4",
-                     "warm_start.batch_size=2", "warm_start.lr=1e-2"]),
-    pytest.param("blackbox_swe", ["agent.options.step_limit=1", "agent.options.max_tokens=16"],
-                 marks=pytest.mark.skipif(shutil.which("mini") is None, reason="mini-swe-agent is not installed")),
-])
+@pytest.mark.parametrize(
+    "recipe, agent_overrides",
+    [
+        (
+            "agentic_swe",
+            [
+                "agent.options.max_turns=2",
+                "agent.options.max_tokens=16",
+                "warm_start.options.count=4",
+                "warm_start.batch_size=2",
+                "warm_start.lr=1e-2",
+            ],
+        ),
+        pytest.param(
+            "blackbox_swe",
+            ["agent.options.step_limit=1", "agent.options.max_tokens=16"],
+            marks=pytest.mark.skipif(shutil.which("mini") is None, reason="mini-swe-agent is not installed"),
+        ),
+    ],
+)
 def test_agentic_recipe_runs_episodes_and_trains_on_them(recipe, agent_overrides, tmp_path):
     result = launch(f"recipe={recipe}", *TINY, *agent_overrides, f"run.dir={tmp_path}", timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -45,9 +60,17 @@ def test_agentic_recipe_runs_episodes_and_trains_on_them(recipe, agent_overrides
 
 
 def test_mixed_sources_keep_their_share_of_every_batch(tmp_path):
-    result = launch("recipe=agentic_mix", *TINY[:2], "rollout.prompts_per_step=2", "rollout.group_size=2",
-                    "agent.options.max_turns=1", "agent.options.max_tokens=8",
-                    "data.mix.1.agent_options.max_tokens=8", f"run.dir={tmp_path}", timeout=600)
+    result = launch(
+        "recipe=agentic_mix",
+        *TINY[:2],
+        "rollout.prompts_per_step=2",
+        "rollout.group_size=2",
+        "agent.options.max_turns=1",
+        "agent.options.max_tokens=8",
+        "data.mix.1.agent_options.max_tokens=8",
+        f"run.dir={tmp_path}",
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     logged = scalars(tmp_path)
     assert logged["agent/episodes"] == {1: 4.0, 2: 4.0}

@@ -1,5 +1,6 @@
 """The asynchronous modes through the real entry point: max_staleness=0 is the synchronous run,
 and the async metrics reach TensorBoard with the staleness bound held."""
+
 from __future__ import annotations
 
 import json
@@ -8,11 +9,26 @@ import pytest
 
 from tests.integration.test_launch import launch, scalars
 
-TINY = ["recipe=math_grpo", "model=tiny", "rollout.prompts_per_step=4", "rollout.group_size=4",
-        "rollout.max_new_tokens=16", "trainer.micro_batch_size=4", "trainer.lr=1e-3",
-        "data.reward=tests.integration.toy_rewards:e_fraction", "run.steps=3"]
-ASYNC_TAGS = ["async/staleness_mean", "async/staleness_max", "async/trainer_idle_ratio", "async/rollout_idle_ratio",
-              "async/buffer_ready", "async/dropped_stale", "async/stale_token_frac"]
+TINY = [
+    "recipe=math_grpo",
+    "model=tiny",
+    "rollout.prompts_per_step=4",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=16",
+    "trainer.micro_batch_size=4",
+    "trainer.lr=1e-3",
+    "data.reward=tests.integration.toy_rewards:e_fraction",
+    "run.steps=3",
+]
+ASYNC_TAGS = [
+    "async/staleness_mean",
+    "async/staleness_max",
+    "async/trainer_idle_ratio",
+    "async/rollout_idle_ratio",
+    "async/buffer_ready",
+    "async/dropped_stale",
+    "async/stale_token_frac",
+]
 
 
 def _responses(run_dir) -> list[tuple[int, str, float]]:
@@ -39,14 +55,20 @@ def test_max_staleness_zero_reproduces_the_synchronous_run(tmp_path):
 
 
 def test_fully_async_run_logs_its_pipeline_and_holds_the_bound(tmp_path):
-    run_dir = _run(tmp_path, "async2", "run.mode=fully_async", "pipeline.max_staleness=2",
-                   "pipeline.window=windowed_fifo", "algorithm.is_level=token", "algorithm.is_mode=truncate")
+    run_dir = _run(
+        tmp_path,
+        "async2",
+        "run.mode=fully_async",
+        "pipeline.max_staleness=2",
+        "pipeline.window=windowed_fifo",
+        "algorithm.is_level=token",
+        "algorithm.is_mode=truncate",
+    )
     logged = scalars(run_dir)
     for tag in [*ASYNC_TAGS, "train/is_weight_mean", "train/is_clip_frac"]:
         assert sorted(logged[tag]) == [1, 2, 3], tag
     assert max(logged["async/staleness_max"].values()) <= 2
-    assert all(0.0 <= v <= 1.0 for tag in ("async/trainer_idle_ratio", "async/rollout_idle_ratio")
-               for v in logged[tag].values())
+    assert all(0.0 <= v <= 1.0 for tag in ("async/trainer_idle_ratio", "async/rollout_idle_ratio") for v in logged[tag].values())
 
 
 def test_one_step_off_trains_one_version_behind(tmp_path):
@@ -63,8 +85,13 @@ def test_colocate_refuses_asynchronous_modes():
 def test_resume_replays_what_rollout_had_taken_but_not_trained(tmp_path):
     """A checkpoint of an asynchronous run records the items in flight; the resumed run trains
     them, no item is trained twice, and every item taken from the data is accounted for."""
-    every_sample = ["logging.rollouts_per_step=16", "run.save_every=1", "run.mode=fully_async",
-                    "pipeline.max_staleness=3", "pipeline.window=windowed_fifo"]
+    every_sample = [
+        "logging.rollouts_per_step=16",
+        "run.save_every=1",
+        "run.mode=fully_async",
+        "pipeline.max_staleness=3",
+        "pipeline.window=windowed_fifo",
+    ]
     run_dir = _run(tmp_path, "resumed", *every_sample, "run.steps=2")
     pending = _checkpoint(run_dir, 2)["data"]["pending"]
     assert pending, "rollout runs ahead of training, so the checkpoint must hold items in flight"
@@ -72,8 +99,7 @@ def test_resume_replays_what_rollout_had_taken_but_not_trained(tmp_path):
     result = launch(*TINY, f"run.dir={run_dir}", *every_sample, "run.steps=4")
     assert result.returncode == 0, result.stderr[-4000:]
     after_resume = [item for step, item in _trained_items(run_dir) if step > 2]
-    assert len(after_resume) == len(set(after_resume)) == 8 and not before_resume & set(after_resume), \
-        "an item was trained twice"
+    assert len(after_resume) == len(set(after_resume)) == 8 and not before_resume & set(after_resume), "an item was trained twice"
     assert set(_items_at(pending)) & set(after_resume), "the replayed items come first"
     # Conservation across the resume: every item taken from the stream was trained, or is pending
     # in the last checkpoint (nothing is dropped at this staleness bound).

@@ -2,6 +2,7 @@
 real entry point, outside Slurm: the run saves the last finished step and stops, a step waiting
 for its rollout is given up rather than finished, and the same command resumes with no prompt
 lost or trained twice. tests/slurm/test_requeue.py does the same through a real Slurm requeue."""
+
 from __future__ import annotations
 
 import os
@@ -15,18 +16,32 @@ from tests.integration.test_launch_async import _checkpoint, _items_at, _stream_
 from tests.paths import REPO_ROOT
 
 # 4 prompts x 4 samples, each scored after 0.25 s: the rollout phase of a step takes ~4 s.
-SLOW = ["recipe=math_grpo", "model=tiny", "rollout.prompts_per_step=4", "rollout.group_size=4",
-        "rollout.max_new_tokens=16", "trainer.micro_batch_size=4", "trainer.lr=1e-3",
-        "data.reward=tests.integration.toy_rewards:slow_e_fraction", "logging.rollouts_per_step=16",
-        "run.save_every=100", "run.steps=5"]
+SLOW = [
+    "recipe=math_grpo",
+    "model=tiny",
+    "rollout.prompts_per_step=4",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=16",
+    "trainer.micro_batch_size=4",
+    "trainer.lr=1e-3",
+    "data.reward=tests.integration.toy_rewards:slow_e_fraction",
+    "logging.rollouts_per_step=16",
+    "run.save_every=100",
+    "run.steps=5",
+]
 PREEMPTED_EXIT_CODE = 3
 
 
 def _signal_after_step(run_dir, step: int, *overrides: str) -> tuple[int, str, float]:
     """Start a run, send SIGUSR2 once it has logged `step`; (exit code, output, seconds from the
     signal to the process's end)."""
-    process = subprocess.Popen([sys.executable, "launch.py", *SLOW, f"run.dir={run_dir}", *overrides], cwd=REPO_ROOT,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "launch.py", *SLOW, f"run.dir={run_dir}", *overrides],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines = []
     for line in process.stdout:
         lines.append(line)
@@ -59,7 +74,7 @@ def test_sync_run_stops_mid_rollout_and_resumes_where_it_stopped(tmp_path):
     by_step = {}
     for step, item in _trained_items(tmp_path):
         by_step.setdefault(step, set()).add(item)
-    assert by_step == {s: set(stream[4 * (s - 1):4 * s]) for s in range(1, 6)}
+    assert by_step == {s: set(stream[4 * (s - 1) : 4 * s]) for s in range(1, 6)}
 
 
 def test_fully_async_run_keeps_what_was_in_flight(tmp_path):
@@ -80,18 +95,31 @@ def test_fully_async_run_keeps_what_was_in_flight(tmp_path):
     # Conservation: every item taken from the stream was trained or is pending in the last checkpoint.
     last = _checkpoint(tmp_path, 5)
     assert max(scalars(tmp_path)["async/dropped_total"].values()) == 0
-    assert set(before) | set(after) | set(_items_at(last["data"]["pending"])) == \
-        set(_stream_items(last["data"]["next_index"][""]))
+    assert set(before) | set(after) | set(_items_at(last["data"]["pending"])) == set(
+        _stream_items(last["data"]["next_index"][""])
+    )
 
 
 def test_stop_after_the_warm_start_keeps_its_weights(tmp_path):
     """A warm start is training too: stopped right after it, the run saves step 0 with the
     warm-started weights, and the resumed run goes straight to RL."""
-    agentic = ["recipe=agentic_swe", "model=tiny", "run.steps=2", "rollout.prompts_per_step=1",
-               "rollout.group_size=2", "trainer.lr=1e-3", "agent.options.max_turns=2", "agent.options.max_tokens=16",
-               "warm_start.options.count=4", "warm_start.batch_size=2", "warm_start.lr=1e-2", f"run.dir={tmp_path}"]
-    process = subprocess.Popen([sys.executable, "launch.py", *agentic], cwd=REPO_ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    agentic = [
+        "recipe=agentic_swe",
+        "model=tiny",
+        "run.steps=2",
+        "rollout.prompts_per_step=1",
+        "rollout.group_size=2",
+        "trainer.lr=1e-3",
+        "agent.options.max_turns=2",
+        "agent.options.max_tokens=16",
+        "warm_start.options.count=4",
+        "warm_start.batch_size=2",
+        "warm_start.lr=1e-2",
+        f"run.dir={tmp_path}",
+    ]
+    process = subprocess.Popen(
+        [sys.executable, "launch.py", *agentic], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     lines = []
     for line in process.stdout:
         lines.append(line)

@@ -1,6 +1,7 @@
 """The Ray bootstrap for real, on this machine as a one-node allocation: head started with the
 job's ports and token, resources registered, everything torn down (inside a real Slurm job in
 tests/slurm)."""
+
 from __future__ import annotations
 
 import os
@@ -12,14 +13,20 @@ from tests.paths import REPO_ROOT
 
 
 def _bootstrap(env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "loongsage.cluster.bootstrap"], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "loongsage.cluster.bootstrap"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_bootstrap_brings_ray_up_on_the_allocation_and_tears_it_down():
     job = str(random.randrange(100000, 900000))
-    env = {**os.environ, "SLURM_JOB_ID": job, "SLURM_JOB_NODELIST": "localhost", "SLURM_GPUS_ON_NODE": "2",
-           "SLURM_CPUS_ON_NODE": "2"}
+    env = {
+        **os.environ,
+        "SLURM_JOB_ID": job,
+        "SLURM_JOB_NODELIST": "localhost",
+        "SLURM_GPUS_ON_NODE": "2",
+        "SLURM_CPUS_ON_NODE": "2",
+    }
     env.pop("RAY_ADDRESS", None)
     result = _bootstrap(env)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,4 +1,5 @@
 """Reward workers are Ray actors; a reward that raises costs one sample's reward."""
+
 from __future__ import annotations
 
 import pytest

@@ -6,6 +6,7 @@ The session's `ray_runtime` has no GPUs, and a second `ray.init` in this process
 it, so the checks run in a child process with a Ray of its own (address="local": never the
 session's, nor one a Slurm test started on this machine).
 """
+
 from __future__ import annotations
 
 import json
@@ -18,7 +19,7 @@ import pytest
 
 from tests.paths import REPO_ROOT
 
-SCRIPT = r'''
+SCRIPT = r"""
 import json, sys
 import ray
 from ray.util import placement_group_table
@@ -75,12 +76,12 @@ except TimeoutError as exc:
 result["groups_left"] = [g["state"] for g in placement_group_table().values() if g["state"] != "REMOVED"]
 print("RESULT " + json.dumps(result), flush=True)
 ray.shutdown()
-'''
+"""
 
 
 # The run's own groups, placed by place_actors on a Ray with 4 fake GPUs (CPU torch ignores
 # CUDA_VISIBLE_DEVICES, so the tiny model trains and generates as usual).
-GROUPS_SCRIPT = r'''
+GROUPS_SCRIPT = r"""
 import json
 import ray
 from ray.util import placement_group_table
@@ -150,18 +151,16 @@ result["disaggregated"] = run(config(2, 2, "disaggregated"))
 result["colocate"] = run(config(2, 2, "colocate"))
 print("RESULT " + json.dumps(result), flush=True)
 ray.shutdown()
-'''
+"""
 
 
 def run_child(script: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": f"{REPO_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", "OMP_NUM_THREADS": "1"}
     env.pop("RAY_ADDRESS", None)
-    done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=420)
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=420)
     lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
     assert done.returncode == 0 and lines, f"placement script failed:\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}"
-    return json.loads(lines[-1][len("RESULT "):])
+    return json.loads(lines[-1][len("RESULT ") :])
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +253,8 @@ def test_colocated_groups_share_each_trainer_gpu_with_an_engine(groups):
 
 
 def test_roles_that_do_not_fit_fail_before_anything_is_reserved(groups):
-    assert ("roles.trainer.gpus + roles.rollout.gpus + roles.teacher.gpus = 4 + 2 + 0 = 6 > 4 GPUs in the "
-            "allocation (1 node x 4)") in groups["too_many"]
+    assert (
+        "roles.trainer.gpus + roles.rollout.gpus + roles.teacher.gpus = 4 + 2 + 0 = 6 > 4 GPUs in the allocation (1 node x 4)"
+    ) in groups["too_many"]
     assert groups["too_many_groups"] == []
     assert groups["too_many_free_gpus"] == 4.0

@@ -1,5 +1,6 @@
 """Malformed and refused requests over real HTTP: each gets a 4xx (or 502 for a dead engine)
 with a JSON message in the style of the API called, and nothing is recorded."""
+
 from __future__ import annotations
 
 import json
@@ -81,20 +82,35 @@ def test_oversize_body_is_413_declared_or_streamed(router):
     def chunks():  # no content-length: the limit is enforced while reading
         yield json.dumps(big).encode()
 
-    response = httpx.post(f"{router.url_for('bad')}/chat/completions", content=chunks(),
-                          headers={**auth(router), "content-type": "application/json"})
+    response = httpx.post(
+        f"{router.url_for('bad')}/chat/completions",
+        content=chunks(),
+        headers={**auth(router), "content-type": "application/json"},
+    )
     assert "transfer-encoding" in response.request.headers
     _error(response, 413)
 
 
-@pytest.mark.parametrize("body, param", [
-    ({"model": "tiny", "messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
-                                    {"role": "wizard", "content": "c"}]}, "messages[2].role"),
-    ({"model": "tiny", "messages": "hello"}, "messages"),
-    ({"model": "tiny", "messages": [{"role": "user", "content": "a"}], "max_tokens": "many"}, "max_tokens"),
-    ({"model": "tiny", "messages": [{"role": "user", "content": "a"}], "n": 2}, "n"),
-    ({"model": "tiny", "messages": [{"role": "tool", "content": {"x": 1}}]}, "messages[0].content"),
-])
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        (
+            {
+                "model": "tiny",
+                "messages": [
+                    {"role": "user", "content": "a"},
+                    {"role": "assistant", "content": "b"},
+                    {"role": "wizard", "content": "c"},
+                ],
+            },
+            "messages[2].role",
+        ),
+        ({"model": "tiny", "messages": "hello"}, "messages"),
+        ({"model": "tiny", "messages": [{"role": "user", "content": "a"}], "max_tokens": "many"}, "max_tokens"),
+        ({"model": "tiny", "messages": [{"role": "user", "content": "a"}], "n": 2}, "n"),
+        ({"model": "tiny", "messages": [{"role": "tool", "content": {"x": 1}}]}, "messages[0].content"),
+    ],
+)
 def test_wrong_fields_are_400_naming_them(router, engine, body, param):
     error = _error(_chat(router, body), 400)
     assert error["param"] == param and param in error["message"]
@@ -108,8 +124,7 @@ def test_n_greater_than_one_says_it_is_unsupported(router):
 def test_context_overflow_is_400_with_the_numbers(router, engine, tokenizer):
     error = _error(_chat(router, _ok_body(max_tokens=60)), 400)
     assert error["param"] == "max_tokens"
-    template = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True,
-                                             tokenize=False)
+    template = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
     prompt = len(tokenizer.encode(template, add_special_tokens=False))
     assert f"context limit is {MAX_CONTEXT}" in error["message"] and f"take {prompt}" in error["message"]
     long = _ok_body(messages=[{"role": "user", "content": "word " * 100}], max_tokens=None)
@@ -133,8 +148,9 @@ def test_anthropic_errors_use_anthropic_shape(router):
     response = httpx.post(url, json={"model": "tiny", "max_tokens": 5, "messages": []})
     assert response.status_code == 401
     assert response.json()["type"] == "error" and response.json()["error"]["type"] == "authentication_error"
-    response = httpx.post(url, headers={"x-api-key": router.router.api_key},
-                          json={"model": "tiny", "messages": [{"role": "user", "content": "x"}]})
+    response = httpx.post(
+        url, headers={"x-api-key": router.router.api_key}, json={"model": "tiny", "messages": [{"role": "user", "content": "x"}]}
+    )
     assert response.status_code == 400
     assert response.json()["error"] == {"type": "invalid_request_error", "message": "max_tokens is required"}
 

@@ -1,5 +1,6 @@
 """Trajectory ids of any shape reach the router intact through the official `openai` client, and
 each trajectory's key opens its own routes only; the admin key lists, exports and deletes."""
+
 from __future__ import annotations
 
 import httpx
@@ -10,8 +11,26 @@ from loongsage.models import load_tokenizer
 from tests.integration.router_support import ScriptedEngine, auth, http, start_router
 
 IDS = [
-    "owner/repo#12", ".", "..", "a/../b", "./x", "/leading", "trailing/", "q?x=1&y=2", "100%", "%2F", "%2e%2e",
-    "with space", "tab\there", "ünïcødé/日本語", "emoji 😀", "~tilde~7E", "back\\slash", "v1", "trajectories", "-",
+    "owner/repo#12",
+    ".",
+    "..",
+    "a/../b",
+    "./x",
+    "/leading",
+    "trailing/",
+    "q?x=1&y=2",
+    "100%",
+    "%2F",
+    "%2e%2e",
+    "with space",
+    "tab\there",
+    "ünïcødé/日本語",
+    "emoji 😀",
+    "~tilde~7E",
+    "back\\slash",
+    "v1",
+    "trajectories",
+    "-",
 ]
 
 
@@ -35,13 +54,15 @@ def router(engine, tiny_model_path, tokenizer):
 
 
 def _agent(router, trajectory_id: str, key: str | None = None, attempt: int | str = 0) -> openai.OpenAI:
-    return openai.OpenAI(base_url=router.url_for(trajectory_id, attempt), max_retries=0,
-                         api_key=key if key is not None else router.router.key_for(trajectory_id))
+    return openai.OpenAI(
+        base_url=router.url_for(trajectory_id, attempt),
+        max_retries=0,
+        api_key=key if key is not None else router.router.key_for(trajectory_id),
+    )
 
 
 def _ask(client: openai.OpenAI) -> str:
-    completion = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
-                                                max_tokens=4)
+    completion = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
     return completion.choices[0].message.content
 
 
@@ -75,9 +96,13 @@ def test_a_trajectory_key_opens_its_own_trajectory_only(router, engine):
     with pytest.raises(openai.AuthenticationError, match="admin key"):
         _ask(anonymous)
     as_alice = {"Authorization": f"Bearer {mine}"}
-    for method, url in (("GET", f"{router.base_url}/trajectories"), ("GET", router.trajectory_url("team/bob")),
-                        ("GET", router.trajectory_url("team/alice")), ("DELETE", router.trajectory_url("team/bob")),
-                        ("DELETE", router.trajectory_url("team/alice"))):
+    for method, url in (
+        ("GET", f"{router.base_url}/trajectories"),
+        ("GET", router.trajectory_url("team/bob")),
+        ("GET", router.trajectory_url("team/alice")),
+        ("DELETE", router.trajectory_url("team/bob")),
+        ("DELETE", router.trajectory_url("team/alice")),
+    ):
         response = http().request(method, url, headers=as_alice)
         assert response.status_code == 401 and "admin key" in response.json()["error"]["message"], (method, url)
     assert {"team/alice", "team/bob"} <= set(router.router.store.ids())  # nothing was deleted

@@ -2,6 +2,7 @@
 the same engine batch, an engine error (answered to the request that met it, as a 502 and
 never as an empty success), and the engine connection such an error may leave broken (never
 reused)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -42,15 +43,19 @@ def scripted(tokenizer):
 
 
 def _agent(router, trajectory_id: str) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=router.url_for(trajectory_id), api_key=router.router.key_for(trajectory_id),
-                              max_retries=0)
+    return openai.AsyncOpenAI(base_url=router.url_for(trajectory_id), api_key=router.router.key_for(trajectory_id), max_retries=0)
 
 
 async def _ask(router, trajectory_id: str, seed: int, **extra):
     async with _agent(router, trajectory_id) as client:
         return await client.chat.completions.create(
-            model="tiny", messages=[{"role": "user", "content": f"Count to {seed}"}], max_tokens=32, seed=seed,
-            temperature=1.0, extra_body={"ignore_eos": True, **extra})
+            model="tiny",
+            messages=[{"role": "user", "content": f"Count to {seed}"}],
+            max_tokens=32,
+            seed=seed,
+            temperature=1.0,
+            extra_body={"ignore_eos": True, **extra},
+        )
 
 
 def test_hostile_requests_leave_other_trajectories_untouched(router, engine):
@@ -60,8 +65,12 @@ def test_hostile_requests_leave_other_trajectories_untouched(router, engine):
         goods = [asyncio.create_task(_ask(router, f"good-{seed}", seed)) for seed in range(5)]
         while not engine.engine.scheduler.running:  # the hostile ones land mid-batch
             await asyncio.sleep(0.005)
-        bads = [_ask(router, "bad-top-k", 1, top_k=2**70), _ask(router, "bad-top-k-32", 1, top_k=2**31),
-                _ask(router, "bad-seed", 2**64), _ask(router, "bad-n", 1, n=2**70)]
+        bads = [
+            _ask(router, "bad-top-k", 1, top_k=2**70),
+            _ask(router, "bad-top-k-32", 1, top_k=2**31),
+            _ask(router, "bad-seed", 2**64),
+            _ask(router, "bad-n", 1, n=2**70),
+        ]
         return await asyncio.gather(*goods), await asyncio.gather(*bads, return_exceptions=True)
 
     goods, bads = asyncio.run(together())
@@ -92,7 +101,7 @@ def test_an_engine_error_is_a_502_for_its_request_only(router, engine):
 
 @pytest.mark.parametrize("failure", ["answer", "raise"])
 def test_the_connection_of_an_engine_error_is_never_reused(tiny_model_path, tokenizer, scripted, failure):
-    """"answer": a JSON 500 on a connection the engine keeps open; "raise": uvicorn's own 500,
+    """ "answer": a JSON 500 on a connection the engine keeps open; "raise": uvicorn's own 500,
     after which it closes the connection. Either way the next request, another trajectory's,
     goes out on a fresh connection and succeeds."""
     scripted.reset()
@@ -102,8 +111,11 @@ def test_the_connection_of_an_engine_error_is_never_reused(tiny_model_path, toke
         body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
         def chat(trajectory_id: str) -> httpx.Response:
-            return client.post(f"{server.url_for(trajectory_id)}/chat/completions", json=body,
-                               headers={"Authorization": f"Bearer {server.router.key_for(trajectory_id)}"})
+            return client.post(
+                f"{server.url_for(trajectory_id)}/chat/completions",
+                json=body,
+                headers={"Authorization": f"Bearer {server.router.key_for(trajectory_id)}"},
+            )
 
         scripted.say("one")
         assert chat("first").status_code == 200
@@ -156,8 +168,7 @@ def test_a_request_aborted_before_any_token_is_an_error_not_an_empty_reply(tiny_
     try:
         for _ in range(2):  # the first call and its one resume
             scripted.queue([], {"type": "abort", "message": "aborted by request"})
-        client = openai.OpenAI(base_url=server.url_for("aborted"), api_key=server.router.key_for("aborted"),
-                               max_retries=0)
+        client = openai.OpenAI(base_url=server.url_for("aborted"), api_key=server.router.key_for("aborted"), max_retries=0)
         with pytest.raises(openai.APIStatusError, match="aborted the request 2 time") as raised:
             client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=4)
         assert raised.value.status_code == 503 and len(scripted.requests) == 2

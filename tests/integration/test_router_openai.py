@@ -1,6 +1,7 @@
 """The router in front of the real embedded engine (tiny model), driven by the official
 `openai` client. Every recorded turn is checked against what the engine itself returned, as
 seen by a recording proxy between router and engine."""
+
 from __future__ import annotations
 
 import asyncio
@@ -15,8 +16,16 @@ from loongsage.models import load_tokenizer
 from tests.integration.router_support import EOS, RecordingProxy, auth, get_trajectory, start_router
 
 VERSION = 4
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Current weather",
-                                           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +35,9 @@ def tokenizer(tiny_model_path):
 
 @pytest.fixture(scope="module")
 def proxy(tiny_model_path):
-    engine = EmbeddedServer(Engine(tiny_model_path, {"max_running": 64, "max_context": 512, "num_threads": 1,
-                                                     "weight_version": str(VERSION)}))
+    engine = EmbeddedServer(
+        Engine(tiny_model_path, {"max_running": 64, "max_context": 512, "num_threads": 1, "weight_version": str(VERSION)})
+    )
     engine.start()
     recording = RecordingProxy(engine.base_url)
     yield recording
@@ -63,8 +73,7 @@ def _visible(tokenizer, output_ids: list[int]) -> str:
 
 def test_plain_chat(router, proxy, tokenizer):
     messages = [{"role": "user", "content": "Say hi"}]
-    completion = _client(router, "plain").chat.completions.create(model="tiny", messages=messages, max_tokens=8,
-                                                                   seed=1)
+    completion = _client(router, "plain").chat.completions.create(model="tiny", messages=messages, max_tokens=8, seed=1)
     (turn,) = get_trajectory(router, "plain")["branches"][0]["turns"]
     _check_against_engine(proxy, turn)
     template = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -80,8 +89,13 @@ def test_plain_chat(router, proxy, tokenizer):
 
 def test_streaming(router, proxy, tokenizer):
     stream = _client(router, "streamed").chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "Count"}], max_tokens=6, seed=2, stream=True,
-        stream_options={"include_usage": True})
+        model="tiny",
+        messages=[{"role": "user", "content": "Count"}],
+        max_tokens=6,
+        seed=2,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     chunks = list(stream)
     (turn,) = get_trajectory(router, "streamed")["branches"][0]["turns"]
     _check_against_engine(proxy, turn)
@@ -96,8 +110,7 @@ def test_multi_turn_token_in_token_out_and_masks(router, proxy):
     client = _client(router, "multi")
     messages = [{"role": "system", "content": "You check the weather."}, {"role": "user", "content": "Paris?"}]
     for question in ("And Rome?", "And Oslo?", None):
-        completion = client.chat.completions.create(model="tiny", messages=messages, tools=TOOLS, max_tokens=10,
-                                                    seed=3)
+        completion = client.chat.completions.create(model="tiny", messages=messages, tools=TOOLS, max_tokens=10, seed=3)
         messages.append(completion.choices[0].message.model_dump(exclude_none=True))  # echoed back as received
         if question:
             messages.append({"role": "user", "content": question})
@@ -115,8 +128,8 @@ def test_multi_turn_token_in_token_out_and_masks(router, proxy):
     sampled = [0] * len(sample["prompt_ids"] + sample["response_ids"])
     for turn in turns:
         start = len(turn["prompt_ids"])
-        sampled[start:start + len(turn["output_ids"])] = [1] * len(turn["output_ids"])
-    assert sample["loss_mask"] == sampled[len(sample["prompt_ids"]):]
+        sampled[start : start + len(turn["output_ids"])] = [1] * len(turn["output_ids"])
+    assert sample["loss_mask"] == sampled[len(sample["prompt_ids"]) :]
     assert sum(sample["loss_mask"]) == sum(len(t["output_ids"]) for t in turns)
     assert all(lp == 0.0 for lp, m in zip(sample["response_logprobs"], sample["loss_mask"]) if not m)
 
@@ -124,9 +137,11 @@ def test_multi_turn_token_in_token_out_and_masks(router, proxy):
 def test_an_edited_history_starts_a_new_branch(router):
     client = _client(router, "edited")
     first = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hi"}], max_tokens=5)
-    history = [{"role": "user", "content": "Hi"},
-               {"role": "assistant", "content": "(edited) " + (first.choices[0].message.content or "")},
-               {"role": "user", "content": "Go on"}]
+    history = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "(edited) " + (first.choices[0].message.content or "")},
+        {"role": "user", "content": "Go on"},
+    ]
     raw = client.chat.completions.with_raw_response.create(model="tiny", messages=history, max_tokens=5)
     assert raw.headers["x-loongsage-branch"] == "1" and raw.headers["x-loongsage-turn"] == "0"
     branches = get_trajectory(router, "edited")["branches"]
@@ -135,13 +150,12 @@ def test_an_edited_history_starts_a_new_branch(router):
 
 def test_each_url_is_its_own_trajectory_and_anonymous_calls_are_not_recorded(router):
     before = set(httpx.get(f"{router.base_url}/trajectories", headers=auth(router)).json()["ids"])
-    _client(router, "alpha").chat.completions.create(model="tiny", messages=[{"role": "user", "content": "A"}],
-                                                     max_tokens=3)
+    _client(router, "alpha").chat.completions.create(model="tiny", messages=[{"role": "user", "content": "A"}], max_tokens=3)
     _client(router, "beta", attempt=2).chat.completions.create(
-        model="tiny", messages=[{"role": "user", "content": "B"}], max_tokens=3)
+        model="tiny", messages=[{"role": "user", "content": "B"}], max_tokens=3
+    )
     anonymous = openai.OpenAI(base_url=f"{router.base_url}/v1", api_key=router.router.api_key)
-    assert anonymous.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "C"}],
-                                             max_tokens=3).choices
+    assert anonymous.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "C"}], max_tokens=3).choices
     after = set(httpx.get(f"{router.base_url}/trajectories", headers=auth(router)).json()["ids"])
     assert after - before == {"alpha", "beta"}
     alpha, beta = get_trajectory(router, "alpha"), get_trajectory(router, "beta")
@@ -154,9 +168,11 @@ def test_each_url_is_its_own_trajectory_and_anonymous_calls_are_not_recorded(rou
 
 
 def test_anthropic_messages_on_the_real_engine(router, proxy, tokenizer):
-    response = httpx.post(f"{router.url_for('claude')}/messages", headers={"x-api-key": router.router.api_key},
-                          json={"model": "tiny", "max_tokens": 6, "system": "Be brief.",
-                                "messages": [{"role": "user", "content": "Hello"}]})
+    response = httpx.post(
+        f"{router.url_for('claude')}/messages",
+        headers={"x-api-key": router.router.api_key},
+        json={"model": "tiny", "max_tokens": 6, "system": "Be brief.", "messages": [{"role": "user", "content": "Hello"}]},
+    )
     assert response.status_code == 200
     data = response.json()
     (turn,) = get_trajectory(router, "claude")["branches"][0]["turns"]
@@ -173,17 +189,17 @@ def test_64_concurrent_trajectories_none_lost_or_mixed_up(router, proxy, tokeniz
         messages = [{"role": "user", "content": f"This is trajectory {i}."}]
         received = []
         for k in range(turns_each):
-            completion = await client.chat.completions.create(model="tiny", messages=messages, max_tokens=6,
-                                                              seed=1000 + i)
+            completion = await client.chat.completions.create(model="tiny", messages=messages, max_tokens=6, seed=1000 + i)
             received.append(completion.choices[0].message.content)
-            messages += [completion.choices[0].message.model_dump(exclude_none=True),
-                         {"role": "user", "content": f"Turn {k + 1} of trajectory {i}."}]
+            messages += [
+                completion.choices[0].message.model_dump(exclude_none=True),
+                {"role": "user", "content": f"Turn {k + 1} of trajectory {i}."},
+            ]
         return received
 
     async def run_all():
         # One connection pool; each agent's copy has its own trajectory URL as base_url.
-        async with openai.AsyncOpenAI(base_url=router.url_for("unused"), api_key=router.router.api_key,
-                                      max_retries=0) as shared:
+        async with openai.AsyncOpenAI(base_url=router.url_for("unused"), api_key=router.router.api_key, max_retries=0) as shared:
             clients = [shared.with_options(base_url=router.url_for(f"c{i}")) for i in range(count)]
             return await asyncio.gather(*(agent(c, i) for i, c in enumerate(clients)))
 
@@ -200,5 +216,6 @@ def test_64_concurrent_trajectories_none_lost_or_mixed_up(router, proxy, tokeniz
             assert received[i][k] == turn["message"]["content"] == _visible(tokenizer, turn["output_ids"])
         first, second = branch["turns"]
         assert second["prompt_ids"][: len(first["prompt_ids"]) + len(first["output_ids"])] == (
-            first["prompt_ids"] + first["output_ids"])
+            first["prompt_ids"] + first["output_ids"]
+        )
     assert len(rids) == count * turns_each

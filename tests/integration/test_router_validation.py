@@ -1,6 +1,7 @@
 """Hostile bodies at the router: each malformed field is a 400 naming it, before any engine sees
 the request. Bodies are sent raw where a JSON encoder would not write them (NaN, 5000-digit
 integers, lone surrogates, nesting thousands deep)."""
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,9 @@ def _chat_body(extra: str = "", content: str = '"hi"', messages: str | None = No
 
 
 def _post(router, path: str, raw: str | bytes) -> httpx.Response:
-    return http().post(f"{router.url_for('hostile')}/{path}", content=raw,
-                       headers={**auth(router), "content-type": "application/json"})
+    return http().post(
+        f"{router.url_for('hostile')}/{path}", content=raw, headers={**auth(router), "content-type": "application/json"}
+    )
 
 
 def _nested(depth: int) -> str:
@@ -57,8 +59,10 @@ CHAT_CASES = [
     (_chat_body(content=f'[{{"type": "text", "text": "{LONE}"}}]'), "messages[0].content[0].text"),
     (_chat_body(f', "stop": ["ok", "{LONE}"]'), "stop[1]"),
     (_chat_body(f', "tools": [{TOOL.format(d=chr(34) + LONE + chr(34), p="{}")}]'), "tools[0].function.description"),
-    (_chat_body(f', "tools": [{TOOL.format(d=chr(34) + "d" + chr(34), p="{" + chr(34) + LONE + chr(34) + ": 1}")}]'),
-     "tools[0].function.parameters"),
+    (
+        _chat_body(f', "tools": [{TOOL.format(d=chr(34) + "d" + chr(34), p="{" + chr(34) + LONE + chr(34) + ": 1}")}]'),
+        "tools[0].function.parameters",
+    ),
     (_chat_body(f', "user": "{LONE}"'), "user"),
     (f'{{"model": "{LONE}", "messages": []}}', "model"),
     # nesting
@@ -148,9 +152,16 @@ def test_tool_call_arguments_too_deep_or_too_long_stay_text(router, engine):
     for arguments in ("[" * 5000 + "]" * 5000, LONG_INT):
         engine.say("done")
         call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
-        body = {"model": "tiny", "max_tokens": 4, "messages": [
-            {"role": "user", "content": "x"}, {"role": "assistant", "content": None, "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": "c1", "content": "ok"}, {"role": "user", "content": "y"}]}
+        body = {
+            "model": "tiny",
+            "max_tokens": 4,
+            "messages": [
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": None, "tool_calls": [call]},
+                {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+                {"role": "user", "content": "y"},
+            ],
+        }
         response = _post(router, "chat/completions", json.dumps(body))
         # The long prompt may overflow the context (400); either way it is never a 5xx.
         assert response.status_code in (200, 400), response.text

@@ -1,5 +1,6 @@
 """The apptainer backend for real, where the runtime exists: set LOONGSAGE_TEST_APPTAINER_IMAGE
 to an image with bash and python3 (a .sif file, or docker://python:3.11-slim with network)."""
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,7 @@ LIMITS = SandboxLimits(timeout_s=120, max_file_mb=2)
 
 def test_commands_run_in_the_image_on_the_tree_and_diff_sees_their_edits(monkeypatch):
     monkeypatch.setenv("LOONGSAGE_HOST_SECRET", "leaked")
-    with create_sandbox({"a.py": "x = 1\n"}, backend="apptainer", limits=LIMITS, image=IMAGE,
-                        workdir="/testbed") as sb:
+    with create_sandbox({"a.py": "x = 1\n"}, backend="apptainer", limits=LIMITS, image=IMAGE, workdir="/testbed") as sb:
         result = sb.exec("pwd && python3 a.py && echo 'y = 2' >> a.py && echo \"[${LOONGSAGE_HOST_SECRET:-}]\"")
         assert result.exit_code == 0, result.stderr
         assert result.stdout.splitlines()[0] == "/testbed" and result.stdout.endswith("[]\n")

@@ -1,5 +1,6 @@
 """A handle on a sandbox from another process: commands run in the same tree, under the
 same confinement, and the owner keeps the tree's lifetime."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,9 @@ print(json.dumps({"exit": result.exit_code, "stdout": result.stdout}))
 def test_another_process_runs_commands_in_the_owners_tree(backend):
     with create_sandbox({"mod.py": "x = 1\n"}, backend=backend) as owner:
         handle = owner.handle()
-        out = subprocess.run([sys.executable, "-c", ATTACH_AND_RUN, json.dumps(handle)], capture_output=True,
-                             text=True, timeout=60, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", ATTACH_AND_RUN, json.dumps(handle)], capture_output=True, text=True, timeout=60, check=True
+        )
         result = json.loads(out.stdout)
         assert result["exit"] == 0
         lines = result["stdout"].splitlines()

@@ -1,5 +1,6 @@
 """The escape battery: runaway or hostile commands are stopped or denied on every backend
 that promises it, nothing else is affected, and the sandbox still works afterwards."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,8 +17,7 @@ import pytest
 from loongsage.agentflow.sandbox import SandboxError, SandboxLimits, create_sandbox
 from tests.integration.sandbox_support import backend_params, processes_of_uid, processes_running, wait_until
 
-LIMITS = SandboxLimits(timeout_s=20, cpu_s=2, memory_mb=512, max_processes=32, max_file_mb=2,
-                       max_output_bytes=1000)
+LIMITS = SandboxLimits(timeout_s=20, cpu_s=2, memory_mb=512, max_processes=32, max_file_mb=2, max_output_bytes=1000)
 
 
 @pytest.fixture(params=backend_params())
@@ -74,8 +74,9 @@ def test_infinite_loop_is_killed_at_the_timeout(sandbox):
 
 
 def test_cpu_burner_is_killed_by_the_cpu_limit_before_the_timeout(backend):
-    with create_sandbox({"app.py": "print('ok')\n"}, backend=backend,
-                        limits=dataclasses.replace(LIMITS, cpu_s=1, timeout_s=30)) as sandbox:
+    with create_sandbox(
+        {"app.py": "print('ok')\n"}, backend=backend, limits=dataclasses.replace(LIMITS, cpu_s=1, timeout_s=30)
+    ) as sandbox:
         result = sandbox.exec("while :; do :; done")
         assert not result.timed_out
         assert result.exit_code in (128 + 9, 128 + 24)  # SIGKILL or SIGXCPU from RLIMIT_CPU
@@ -112,8 +113,7 @@ def host_port():
     listener.close()
 
 
-CONNECT = ("python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3); "
-           "print('connected')\"")
+CONNECT = "python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3); print('connected')\""
 
 
 def test_network_is_denied_unless_allowed(backend, host_port):
@@ -214,8 +214,9 @@ def test_bwrap_command_has_no_capabilities_and_sees_no_host_home(backend):
     if backend != "bwrap":
         pytest.skip("bwrap only")
     home = Path.home()
-    python_dirs = {Path(prefix).relative_to(home).parts[0]
-                   for prefix in {sys.prefix, sys.base_prefix} if Path(prefix).is_relative_to(home)}
+    python_dirs = {
+        Path(prefix).relative_to(home).parts[0] for prefix in {sys.prefix, sys.base_prefix} if Path(prefix).is_relative_to(home)
+    }
     with create_sandbox({}, backend=backend, limits=LIMITS) as sb:
         result = sb.exec(f"grep -E '^Cap(Prm|Eff)' /proc/self/status; ls -A {home}; ls -A /home")
     assert result.stdout.startswith("CapPrm:\t0000000000000000\nCapEff:\t0000000000000000\n")

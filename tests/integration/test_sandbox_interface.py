@@ -1,4 +1,5 @@
 """The sandbox interface on every backend that runs here: snapshot, exec, files, diff, destroy."""
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,9 @@ def test_snapshot_is_the_tree_and_its_only_commit(sandbox):
     result = sandbox.exec("cat pkg/calc.py && git status --porcelain && git log --oneline | wc -l && pwd")
     assert result.exit_code == 0, result.stderr
     assert result.stdout == SNAPSHOT["pkg/calc.py"] + "1\n" + sandbox.workdir + "\n"
-    assert sorted(p.relative_to(sandbox.root).as_posix() for p in sandbox.root.rglob("*")
-                  if p.is_file() and ".git" not in p.parts) == sorted(SNAPSHOT)
+    assert sorted(
+        p.relative_to(sandbox.root).as_posix() for p in sandbox.root.rglob("*") if p.is_file() and ".git" not in p.parts
+    ) == sorted(SNAPSHOT)
 
 
 def test_snapshot_directory_is_copied_without_its_history(backend, tmp_path):
@@ -52,8 +54,14 @@ def test_snapshot_directory_is_copied_without_its_history(backend, tmp_path):
     source.mkdir()
     (source / "a.py").write_text("A = 1\n")
     os.symlink("a.py", source / "link.py")
-    env = {"PATH": os.environ["PATH"], "GIT_CONFIG_GLOBAL": os.devnull, "GIT_AUTHOR_NAME": "x",
-           "GIT_AUTHOR_EMAIL": "x@x", "GIT_COMMITTER_NAME": "x", "GIT_COMMITTER_EMAIL": "x@x"}
+    env = {
+        "PATH": os.environ["PATH"],
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_AUTHOR_NAME": "x",
+        "GIT_AUTHOR_EMAIL": "x@x",
+        "GIT_COMMITTER_NAME": "x",
+        "GIT_COMMITTER_EMAIL": "x@x",
+    }
     for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "the gold fix is in here"]):
         subprocess.run(["git", *args], cwd=source, env=env, check=True)
     with create_sandbox(str(source), backend=backend, limits=LIMITS) as sb:
@@ -63,10 +71,20 @@ def test_snapshot_directory_is_copied_without_its_history(backend, tmp_path):
 
 def test_exec_runs_with_cwd_env_stdin_and_a_clean_environment(sandbox, monkeypatch):
     monkeypatch.setenv("LOONGSAGE_HOST_SECRET", "leaked")
-    result = sandbox.exec('pwd; echo "$GREETING"; cat; echo "[${LOONGSAGE_HOST_SECRET:-}]"; echo oops >&2; exit 3',
-                          cwd="pkg", env={"GREETING": "hi there"}, stdin="from stdin\n")
-    assert result == ExecResult(exit_code=3, stdout=f"{sandbox.workdir}/pkg\nhi there\nfrom stdin\n[]\n",
-                                stderr="oops\n", timed_out=False, truncated=False, duration_s=result.duration_s)
+    result = sandbox.exec(
+        'pwd; echo "$GREETING"; cat; echo "[${LOONGSAGE_HOST_SECRET:-}]"; echo oops >&2; exit 3',
+        cwd="pkg",
+        env={"GREETING": "hi there"},
+        stdin="from stdin\n",
+    )
+    assert result == ExecResult(
+        exit_code=3,
+        stdout=f"{sandbox.workdir}/pkg\nhi there\nfrom stdin\n[]\n",
+        stderr="oops\n",
+        timed_out=False,
+        truncated=False,
+        duration_s=result.duration_s,
+    )
 
 
 def test_list_command_is_not_reinterpreted_by_a_shell(sandbox):
@@ -110,9 +128,11 @@ def _apply(patch: str, snapshot: dict[str, str], where) -> None:
 
 
 def test_diff_has_modified_new_deleted_and_binary_files_and_git_applies_it(sandbox, tmp_path):
-    command = ("sed -i 's/a - b/a + b/' pkg/calc.py && rm old.txt && mkdir -p data && "
-               "printf 'new\\n' > data/new.txt && printf '\\x00\\x01\\x02' > data/blob.bin && "
-               "mkdir -p pkg/__pycache__ && echo junk > pkg/__pycache__/calc.cpython-311.pyc")
+    command = (
+        "sed -i 's/a - b/a + b/' pkg/calc.py && rm old.txt && mkdir -p data && "
+        "printf 'new\\n' > data/new.txt && printf '\\x00\\x01\\x02' > data/blob.bin && "
+        "mkdir -p pkg/__pycache__ && echo junk > pkg/__pycache__/calc.cpython-311.pyc"
+    )
     assert sandbox.exec(command).exit_code == 0
     patch = sandbox.diff()
     assert "diff --git a/pkg/calc.py b/pkg/calc.py" in patch and "+    return a + b" in patch
@@ -127,8 +147,7 @@ def test_diff_has_modified_new_deleted_and_binary_files_and_git_applies_it(sandb
 
 
 def test_diff_is_against_the_snapshot_whatever_the_agent_does_with_git(sandbox):
-    result = sandbox.exec("echo change >> README.md && git commit -qam 'agent commit' && git status --porcelain "
-                          "&& rm -rf .git")
+    result = sandbox.exec("echo change >> README.md && git commit -qam 'agent commit' && git status --porcelain && rm -rf .git")
     assert result.exit_code == 0 and result.stdout == "", result.stderr
     patch = sandbox.diff()
     assert "+change" in patch and patch.count("diff --git") == 1

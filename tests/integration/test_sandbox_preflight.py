@@ -1,6 +1,7 @@
 """The sandbox preflight, for real: it passes where sandboxes run the framework's Python and
 grade a fix, and where they cannot (a PATH without Python, a uid that cannot reach it) it
 fails with the reason and the fix, from the function, the check command and a launched run."""
+
 from __future__ import annotations
 
 import shutil
@@ -35,8 +36,10 @@ def test_preflight_fails_on_a_backend_that_cannot_run_python(backend):
     with pytest.raises(PreflightError) as caught:
         sandbox_preflight(backend, choose="agent.sandbox=NAME")
     message = str(caught.value)
-    assert message.startswith(f"sandbox preflight failed: a tool call (bash: python -m pytest --version) on the "
-                              f"{backend} sandbox backend: exit code 127")
+    assert message.startswith(
+        f"sandbox preflight failed: a tool call (bash: python -m pytest --version) on the "
+        f"{backend} sandbox backend: exit code 127"
+    )
     assert "python: command not found" in message
     assert_names_the_fix(message, "agent.sandbox=NAME")
 
@@ -53,12 +56,17 @@ def test_preflight_fails_when_only_the_grading_backend_cannot_run_python():
 def test_check_command_stops_before_any_task_with_the_reason_and_the_fix(tmp_path):
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(suite_jsonl(build_suite()[:2]))
-    done = subprocess.run([sys.executable, "-m", "loongsage.tasks.swe", "check", str(tasks), "--backend", NO_PYTHON],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "loongsage.tasks.swe", "check", str(tasks), "--backend", NO_PYTHON],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 2 and done.stdout == ""
     error = done.stderr.splitlines()[-1]
-    assert error.startswith(f"error: sandbox preflight failed: a tool call (bash: python -m pytest --version) on the "
-                            f"{NO_PYTHON} sandbox backend")
+    assert error.startswith(
+        f"error: sandbox preflight failed: a tool call (bash: python -m pytest --version) on the {NO_PYTHON} sandbox backend"
+    )
     assert "python: command not found" in error
     assert_names_the_fix(error, "--backend NAME")
 
@@ -66,8 +74,9 @@ def test_check_command_stops_before_any_task_with_the_reason_and_the_fix(tmp_pat
 def test_check_command_reports_the_preflight_that_passed(tmp_path):
     tasks = tmp_path / "tasks.jsonl"
     tasks.write_text(suite_jsonl(build_suite()[:1]))
-    done = subprocess.run([sys.executable, "-m", "loongsage.tasks.swe", "check", str(tasks)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "loongsage.tasks.swe", "check", str(tasks)], capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "sandbox preflight passed in " in done.stderr
     assert done.stdout.splitlines() == [f"{build_suite()[0].instance_id}: ok", "1 tasks: 1 ok, 0 with problems"]
@@ -76,12 +85,14 @@ def test_check_command_reports_the_preflight_that_passed(tmp_path):
 def test_a_run_refuses_to_start_on_a_backend_that_cannot_run_python(tmp_path):
     from tests.integration.test_launch import launch
 
-    result = launch("recipe=agentic_swe", "model=tiny", "run.steps=1", f"agent.sandbox={NO_PYTHON}",
-                    f"run.dir={tmp_path}", timeout=600)
+    result = launch(
+        "recipe=agentic_swe", "model=tiny", "run.steps=1", f"agent.sandbox={NO_PYTHON}", f"run.dir={tmp_path}", timeout=600
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert "nothing was trained; fix that, then run the same command again" in result.stderr
-    assert (f"sandbox preflight failed: a tool call (bash: python -m pytest --version) on the "
-            f"{NO_PYTHON} sandbox backend") in result.stderr, result.stderr[-3000:]
+    assert (
+        f"sandbox preflight failed: a tool call (bash: python -m pytest --version) on the {NO_PYTHON} sandbox backend"
+    ) in result.stderr, result.stderr[-3000:]
     assert "agent.sandbox=NAME" in result.stderr
     # The framework's own warnings reach the terminal (Hydra's logging preset would silence them).
     assert "[loongsage] WARNING loongsage.agentflow.sandbox.local: the local sandbox backend cannot deny" in result.stderr

@@ -1,6 +1,7 @@
 """The local backend, run as root, gives each sandbox a uid of its own only where that uid can
 run the framework's Python; elsewhere (a venv or pyenv under a root-only home) its commands
 run as the framework's user, it says why once, and it promises no more than it keeps."""
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,9 @@ def private_venv():
     private = Path(tempfile.mkdtemp(prefix="private-home-"))  # mode 0700
     try:
         venv = private / "venv"
-        subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)],
-                       check=True, timeout=120)
+        subprocess.run(
+            [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True, timeout=120
+        )
         yield private, venv / "bin" / "python"
     finally:
         shutil.rmtree(private)

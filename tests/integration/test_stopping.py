@@ -5,6 +5,7 @@ checkpoints, and leave no process of its own behind (Ray's agents included).
 
 A phase is made to last by stopping a process with SIGSTOP (the trainer, the engine), so the
 signal is known to arrive in that phase rather than hoped to."""
+
 from __future__ import annotations
 
 import os
@@ -22,12 +23,29 @@ import pytest
 from tests.paths import REPO_ROOT
 
 # 4 prompts x 4 samples, each scored after 0.25 s: the rollout phase of a step takes ~4 s.
-SLOW = ["recipe=math_grpo", "model=tiny", "rollout.prompts_per_step=4", "rollout.group_size=4",
-        "rollout.max_new_tokens=16", "trainer.micro_batch_size=4", "trainer.lr=1e-3",
-        "data.reward=tests.integration.toy_rewards:slow_e_fraction", "run.save_every=100", "run.steps=4"]
-WARM_START = ["recipe=agentic_swe", "model=tiny", "run.steps=2", "rollout.prompts_per_step=1", "rollout.group_size=2",
-              "agent.options.max_turns=2", "agent.options.max_tokens=16", "warm_start.options.count=4",
-              "warm_start.batch_size=2"]
+SLOW = [
+    "recipe=math_grpo",
+    "model=tiny",
+    "rollout.prompts_per_step=4",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=16",
+    "trainer.micro_batch_size=4",
+    "trainer.lr=1e-3",
+    "data.reward=tests.integration.toy_rewards:slow_e_fraction",
+    "run.save_every=100",
+    "run.steps=4",
+]
+WARM_START = [
+    "recipe=agentic_swe",
+    "model=tiny",
+    "run.steps=2",
+    "rollout.prompts_per_step=1",
+    "rollout.group_size=2",
+    "agent.options.max_turns=2",
+    "agent.options.max_tokens=16",
+    "warm_start.options.count=4",
+    "warm_start.batch_size=2",
+]
 # Bounds a hang, not a speed claim: a quiet machine stops in 2-5 s (13 s for agentic_swe's
 # 135M checkpoint beside CI load), and a loaded 2-core CI machine may take several times that.
 STOP_BOUND_S = 45
@@ -40,8 +58,9 @@ class Run:
 
     def __init__(self, *overrides: str):
         self.args = [sys.executable, "launch.py", *overrides]
-        self.process = subprocess.Popen(self.args, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        text=True, start_new_session=True)
+        self.process = subprocess.Popen(
+            self.args, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        )
         self.lines: list[str] = []
         self.signalled_at = 0.0
 
@@ -211,8 +230,13 @@ def test_ctrl_c_while_training_or_syncing_abandons_the_step_unsaved(phase, ray_r
     from loongsage.controller.loop import Controller
     from tests.unit.test_config import compose_config
 
-    cfg = compose_config(*SLOW[:-2], "data.reward=tests.integration.toy_rewards:e_fraction", "run.save_every=1",
-                         "run.steps=5", f"run.dir={tmp_path}")
+    cfg = compose_config(
+        *SLOW[:-2],
+        "data.reward=tests.integration.toy_rewards:e_fraction",
+        "run.save_every=1",
+        "run.steps=5",
+        f"run.dir={tmp_path}",
+    )
     controller = Controller(cfg, tmp_path)
     entered, release = threading.Event(), threading.Event()
     real = getattr(controller.trainer, phase)

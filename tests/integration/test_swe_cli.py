@@ -1,4 +1,5 @@
 """`python -m loongsage.tasks.swe check|grade` run as real subprocesses on the bundled suite."""
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,9 @@ SUBSET = SUITE[::7]
 def run_cli(*args, timeout=600):
     return subprocess.run(
         [sys.executable, "-m", "loongsage.tasks.swe", *map(str, args)],
-        capture_output=True, text=True, timeout=timeout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -96,7 +99,9 @@ def test_grade_gold_empty_tampering_and_missing_predictions(tmp_path):
     for task in tampered:
         test_file = task.fail_to_pass[0].split("::")[0]
         assert instances[task.instance_id] == {
-            "resolved": False, "reason": f"patch touches tests or test configuration: {test_file}", "tests": {},
+            "resolved": False,
+            "reason": f"patch touches tests or test configuration: {test_file}",
+            "tests": {},
         }
     graded = {t.instance_id for t in gold + empty + tampered}
     assert {instances[t.instance_id]["reason"] for t in SUITE if t.instance_id not in graded} == {"no prediction"}

@@ -1,4 +1,5 @@
 """Grading patches against bundled SWE tasks in real sandboxes with real pytest runs."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,7 +11,7 @@ from loongsage.tasks.swe.suite.spec import unified_diff
 from tests.integration.sandbox_support import NO_PYTHON, no_python_backends
 
 TASKS = {task.instance_id: task for task in build_suite()}
-MEAN = TASKS["numutil__mean-divisor"]      # F2P: test_mean, test_mean_of_one_value
+MEAN = TASKS["numutil__mean-divisor"]  # F2P: test_mean, test_mean_of_one_value
 CLAMP = TASKS["numutil__clamp-upper-bound"]
 
 
@@ -48,9 +49,12 @@ def test_half_fix_is_unresolved_and_says_which_test_fails():
 
 def test_fix_that_breaks_a_passing_test_is_unresolved():
     fix_and_break = edit(
-        MEAN, "numutil.py",
-        "sum(values) / (len(values) - 1)", "sum(values) / len(values)",
-        "middle = len(ordered) // 2", "middle = len(ordered) // 3",
+        MEAN,
+        "numutil.py",
+        "sum(values) / (len(values) - 1)",
+        "sum(values) / len(values)",
+        "middle = len(ordered) // 2",
+        "middle = len(ordered) // 3",
     )
     result = grade(MEAN, fix_and_break)
     assert not result.resolved
@@ -81,8 +85,7 @@ def test_hanging_tests_are_cut_off_by_the_timeout():
 
 def test_new_conftest_is_refused_before_anything_runs():
     conftest = (
-        "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n"
-        "--- /dev/null\n+++ b/conftest.py\n@@ -0,0 +1 @@\n+x = 1\n"
+        "diff --git a/conftest.py b/conftest.py\nnew file mode 100644\n--- /dev/null\n+++ b/conftest.py\n@@ -0,0 +1 @@\n+x = 1\n"
     )
     assert grade(MEAN, MEAN.gold_patch + conftest).reason == "patch touches tests or test configuration: conftest.py"
 
@@ -114,8 +117,10 @@ def test_a_patch_that_kills_pytest_is_a_wrong_patch_not_a_grading_error():
 
 
 def test_a_planted_pytest_module_does_not_pass_for_a_broken_harness():
-    planted = ("diff --git a/pytest.py b/pytest.py\nnew file mode 100644\n--- /dev/null\n+++ b/pytest.py\n"
-               "@@ -0,0 +1 @@\n+raise SystemExit(3)\n")
+    planted = (
+        "diff --git a/pytest.py b/pytest.py\nnew file mode 100644\n--- /dev/null\n+++ b/pytest.py\n"
+        "@@ -0,0 +1 @@\n+raise SystemExit(3)\n"
+    )
     result = grade(MEAN, MEAN.gold_patch + planted)
     assert not result.resolved and not result.grading_error
     assert result.reason.startswith("pytest gave no usable report (exit status 3;")

@@ -1,4 +1,5 @@
 """TrainGroup over real Ray actors and a real gloo process group, on the tiny model."""
+
 from __future__ import annotations
 
 import os
@@ -47,8 +48,14 @@ def ddp_run(ray_runtime, tiny_model_path, tmp_path_factory):
 
 def test_metrics_and_checkpoint_is_an_hf_model_dir(ddp_run, tiny_model_path):
     assert set(ddp_run.metrics[0]) == {
-        "train/loss", "train/pg_loss", "train/grad_norm", "train/mismatch_k3_kl",
-        "train/entropy", "train/clip_frac", "train/lr", "train/tokens",
+        "train/loss",
+        "train/pg_loss",
+        "train/grad_norm",
+        "train/mismatch_k3_kl",
+        "train/entropy",
+        "train/clip_frac",
+        "train/lr",
+        "train/tokens",
     }
     assert ddp_run.metrics[0]["train/tokens"] == sum(len(s.response_ids) for s in BATCHES[0])
     model = AutoModelForCausalLM.from_pretrained(ddp_run.root / "step3")

@@ -1,6 +1,7 @@
 """The fully asynchronous math_grpo run (real SmolLM2-135M, 24 steps, about 10 minutes on 2
 cores) must learn like the synchronous one: its reward curve inside the synchronous reference
 band, checked by `python -m validate`."""
+
 from __future__ import annotations
 
 import subprocess

@@ -1,5 +1,6 @@
 """Warm-start demonstrations: the tool agent replays a task's gold tool calls in a real sandbox,
 and the router records them token for token as it records a rollout of the same calls."""
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,10 @@ def test_demonstration_is_recorded_exactly_as_a_rollout_of_the_same_calls(tiny_m
         for call in calls:
             engine.say(_markup(call))
         with create_sandbox(item["task"].files) as sandbox:
-            rolled = agent.run(AgentTask(item["id"], item["prompt"], sandbox, system_prompt=SYSTEM),
-                               Endpoint(router.url_for("rollout"), router.router.api_key, "tiny"))
+            rolled = agent.run(
+                AgentTask(item["id"], item["prompt"], sandbox, system_prompt=SYSTEM),
+                Endpoint(router.url_for("rollout"), router.router.api_key, "tiny"),
+            )
         with create_sandbox(item["task"].files) as sandbox:
             body = agent.demonstration(AgentTask(item["id"], item["prompt"], sandbox, system_prompt=SYSTEM), calls)
             replayed_patch = sandbox.diff()
@@ -65,7 +68,8 @@ def test_tool_agent_top_k_reaches_the_engine(tiny_model_path, tokenizer):
     try:
         engine.say(_markup({"name": "submit", "arguments": {}}))
         result = build_agent("tool", {**OPTIONS, "top_k": 50}).run(
-            AgentTask("t", "Fix it."), Endpoint(router.url_for("t"), router.router.api_key, "tiny"))
+            AgentTask("t", "Fix it."), Endpoint(router.url_for("t"), router.router.api_key, "tiny")
+        )
     finally:
         router.stop()
         engine.stop()

@@ -1,4 +1,5 @@
 """After a train step and a weight sync, the engine and the trainer are the same policy."""
+
 from __future__ import annotations
 
 import math
@@ -18,10 +19,11 @@ RESPONSE = [2345, 17, 9000, 42, 315, 2]
 
 def engine_logprobs(client: EngineClient, prompt: list[int], response: list[int]) -> list[float]:
     """Teacher-style scoring: no new tokens, logprobs of the whole given sequence."""
-    out = client.generate(input_ids=prompt + response, sampling_params={"max_new_tokens": 0}, return_logprob=True,
-                          logprob_start_len=0)
+    out = client.generate(
+        input_ids=prompt + response, sampling_params={"max_new_tokens": 0}, return_logprob=True, logprob_start_len=0
+    )
     scored = [entry[0] for entry in out["meta_info"]["input_token_logprobs"]]
-    return scored[len(prompt):]
+    return scored[len(prompt) :]
 
 
 def k3(a: list[float], b: list[float]) -> float:
@@ -47,8 +49,15 @@ def test_engine_matches_trainer_after_sync(trainer_and_engine):
     # One real update with a strong learning rate: the policy moves visibly...
     batch = []
     for i, reward_sign in enumerate((1.0, -1.0)):
-        batch.append(Sample(prompt_ids=PROMPT, response_ids=RESPONSE[: 3 + i], response_logprobs=before[: 3 + i],
-                            loss_mask=[1] * (3 + i), advantage=reward_sign))
+        batch.append(
+            Sample(
+                prompt_ids=PROMPT,
+                response_ids=RESPONSE[: 3 + i],
+                response_logprobs=before[: 3 + i],
+                loss_mask=[1] * (3 + i),
+                advantage=reward_sign,
+            )
+        )
     trainer.train_step(batch)
     trained = trainer.compute_logprobs([sample])[0]
     assert k3(trained, before) > 1e-4

@@ -1,4 +1,5 @@
 """Rewards with signal for a random-init model, so tiny runs exercise real gradients."""
+
 import time
 
 from loongsage.tasks.registry import completion_reward

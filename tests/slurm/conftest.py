@@ -3,6 +3,7 @@
 Skips only where Slurm cannot exist (no `sinfo`, or SLURM_CONF unset); on CI both are set,
 and a cluster that is configured but not answering is a failure, not a skip.
 """
+
 from __future__ import annotations
 
 import os

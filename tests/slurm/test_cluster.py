@@ -1,5 +1,6 @@
 """The test cluster itself works: a batch job gets both fake GPUs, and submitit runs a
 Python function on it and brings the result back. Every other Slurm test builds on these."""
+
 from __future__ import annotations
 
 import socket
@@ -22,8 +23,12 @@ def test_sbatch_job_sees_both_gpus(slurm, tmp_path):
     script = tmp_path / "job.sh"
     script.write_text(SCRIPT.format(out=out))
     job_id = slurm.sbatch(
-        "--nodes=1", "--gres=gpu:2", f"--partition={slurm.partition}",
-        f"--output={tmp_path}/slurm-%j.out", f"--chdir={tmp_path}", str(script),
+        "--nodes=1",
+        "--gres=gpu:2",
+        f"--partition={slurm.partition}",
+        f"--output={tmp_path}/slurm-%j.out",
+        f"--chdir={tmp_path}",
+        str(script),
     )
     slurm.wait_gone(job_id, timeout_s=120)
 

@@ -1,5 +1,6 @@
 """A tiny recipe on the real one-node Slurm cluster, the two ways users submit it: Hydra's
 submitit launcher and the sbatch template. The Ray bootstrap runs for real inside the jobs."""
+
 from __future__ import annotations
 
 import os
@@ -10,14 +11,26 @@ import sys
 from tests.integration.test_launch import scalars
 from tests.paths import REPO_ROOT
 
-TINY = ["recipe=math_grpo", "model=tiny", "run.steps=2", "rollout.prompts_per_step=2", "rollout.group_size=2",
-        "rollout.max_new_tokens=8", "trainer.micro_batch_size=4", "cluster.gpus_per_node=2", "cluster.time_limit_min=10"]
+TINY = [
+    "recipe=math_grpo",
+    "model=tiny",
+    "run.steps=2",
+    "rollout.prompts_per_step=2",
+    "rollout.group_size=2",
+    "rollout.max_new_tokens=8",
+    "trainer.micro_batch_size=4",
+    "cluster.gpus_per_node=2",
+    "cluster.time_limit_min=10",
+]
 
 
 def _job_env() -> dict[str, str]:
     """The jobs run this checkout with this interpreter (sbatch passes the environment on)."""
-    return {**os.environ, "LOONGSAGE_PYTHON": sys.executable,
-            "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+    return {
+        **os.environ,
+        "LOONGSAGE_PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
 
 
 def _assert_trained(run_dir) -> None:
@@ -30,9 +43,23 @@ def test_hydra_submitit_launcher_runs_the_recipe_on_slurm(slurm, tmp_path):
     run_dir = tmp_path / "run"
     # Two tasks, as submitit starts on a job of two nodes (one per node): only task 0 runs the controller.
     result = subprocess.run(
-        [sys.executable, "launch.py", "-m", *TINY, "cluster=slurm", "hydra/launcher=slurm", f"run.dir={run_dir}",
-         f"hydra.sweep.dir={tmp_path / 'sweep'}", "hydra.launcher.tasks_per_node=2"],
-        cwd=REPO_ROOT, env=_job_env(), capture_output=True, text=True, timeout=900)
+        [
+            sys.executable,
+            "launch.py",
+            "-m",
+            *TINY,
+            "cluster=slurm",
+            "hydra/launcher=slurm",
+            f"run.dir={run_dir}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+            "hydra.launcher.tasks_per_node=2",
+        ],
+        cwd=REPO_ROOT,
+        env=_job_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     _assert_trained(run_dir)
     logs = "".join(p.read_text() for p in (tmp_path / "sweep").rglob("*_log.*"))
@@ -43,9 +70,13 @@ def test_hydra_submitit_launcher_runs_the_recipe_on_slurm(slurm, tmp_path):
 def test_sbatch_template_sizes_the_job_from_cluster_keys(slurm, tmp_path):
     run_dir = tmp_path / "run"
     first = subprocess.run(
-        ["sbatch", "--parsable", f"--output={tmp_path}/slurm-%j.out", "slurm/loongsage.sbatch", *TINY,
-         f"run.dir={run_dir}"],
-        cwd=REPO_ROOT, env=_job_env(), capture_output=True, text=True, timeout=60)
+        ["sbatch", "--parsable", f"--output={tmp_path}/slurm-%j.out", "slurm/loongsage.sbatch", *TINY, f"run.dir={run_dir}"],
+        cwd=REPO_ROOT,
+        env=_job_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert first.returncode == 0, first.stderr
     first_id = first.stdout.strip().split(";")[0]
     slurm.wait_gone(first_id, timeout_s=120)
@@ -59,9 +90,13 @@ def test_sbatch_template_sizes_the_job_from_cluster_keys(slurm, tmp_path):
 
 
 def test_bootstrap_inside_a_job_registers_the_allocation(slurm, tmp_path):
-    job_id = slurm.sbatch("--gres=gpu:2", f"--output={tmp_path}/slurm-%j.out", f"--chdir={REPO_ROOT}",
-                          f"--export=ALL,PYTHONPATH={REPO_ROOT}",
-                          f"--wrap={sys.executable} -m loongsage.cluster.bootstrap")
+    job_id = slurm.sbatch(
+        "--gres=gpu:2",
+        f"--output={tmp_path}/slurm-%j.out",
+        f"--chdir={REPO_ROOT}",
+        f"--export=ALL,PYTHONPATH={REPO_ROOT}",
+        f"--wrap={sys.executable} -m loongsage.cluster.bootstrap",
+    )
     slurm.wait_gone(job_id, timeout_s=300)
     out = (tmp_path / f"slurm-{job_id}.out").read_text()
     assert f"ray up on job {job_id}: 1 node(s) localhost; GPU 2" in out, out[-3000:]

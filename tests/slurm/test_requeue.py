@@ -6,6 +6,7 @@ remaining step once, with the roles on their own (fake) GPUs.
 Slurm holds a requeued job for about 2 minutes before it may start again; the tests lift that
 hold (`scontrol update StartTime=now`), which changes nothing about how the job runs.
 """
+
 from __future__ import annotations
 
 import re
@@ -21,17 +22,36 @@ from tests.slurm.test_launch import TINY, _job_env
 
 STEPS = 5
 # Slow rewards make each rollout take seconds, so the signal lands while the run is going.
-REQUEUE_RUN = [*TINY, f"run.steps={STEPS}", "run.save_every=100", "logging.rollouts_per_step=16",
-               "data.reward=tests.integration.toy_rewards:slow_e_fraction",
-               "roles.trainer.gpus=1", "roles.rollout.gpus=1", "run.placement=disaggregated"]
+REQUEUE_RUN = [
+    *TINY,
+    f"run.steps={STEPS}",
+    "run.save_every=100",
+    "logging.rollouts_per_step=16",
+    "data.reward=tests.integration.toy_rewards:slow_e_fraction",
+    "roles.trainer.gpus=1",
+    "roles.rollout.gpus=1",
+    "run.placement=disaggregated",
+]
 # The default run dir's stamp in a Slurm job is its id, which a requeued job keeps.
 STAMPED_DIR = "${run_stamp:${cluster.name}}"
 
 
 def test_sbatch_job_checkpoints_on_the_warning_signal_and_resumes_after_requeue(slurm, tmp_path):
-    first = subprocess.run(["sbatch", "--parsable", f"--output={tmp_path}/slurm-%j.out", "slurm/loongsage.sbatch",
-                            *REQUEUE_RUN, f"run.dir='{tmp_path}/{STAMPED_DIR}'"],
-                           cwd=REPO_ROOT, env=_job_env(), capture_output=True, text=True, timeout=60)
+    first = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            f"--output={tmp_path}/slurm-%j.out",
+            "slurm/loongsage.sbatch",
+            *REQUEUE_RUN,
+            f"run.dir='{tmp_path}/{STAMPED_DIR}'",
+        ],
+        cwd=REPO_ROOT,
+        env=_job_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert first.returncode == 0, first.stderr
     slurm.wait_gone(first.stdout.strip().split(";")[0], timeout_s=120)
     job_id = re.search(r"Submitted batch job (\d+)", next(tmp_path.glob("slurm-*.out")).read_text()).group(1)
@@ -48,14 +68,26 @@ def test_sbatch_job_checkpoints_on_the_warning_signal_and_resumes_after_requeue(
 def test_submitit_job_is_requeued_by_submitit_and_resumes(slurm, tmp_path):
     sweep = tmp_path / "sweep"
     launcher = subprocess.Popen(
-        [sys.executable, "launch.py", "-m", *REQUEUE_RUN, "cluster=slurm", "hydra/launcher=slurm",
-         f"run.dir='{tmp_path}/{STAMPED_DIR}'", f"hydra.sweep.dir={sweep}"],
-        cwd=REPO_ROOT, env=_job_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        [
+            sys.executable,
+            "launch.py",
+            "-m",
+            *REQUEUE_RUN,
+            "cluster=slurm",
+            "hydra/launcher=slurm",
+            f"run.dir='{tmp_path}/{STAMPED_DIR}'",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        cwd=REPO_ROOT,
+        env=_job_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         log = _wait_for_file(sweep, "*_0_log.out", timeout_s=120)
         job_id = log.name.split("_")[0]
-        _wait_for_line(log, "step 2/", timeout_s=300, job=(slurm, job_id),
-                       also=log.with_name(log.name.replace(".out", ".err")))
+        _wait_for_line(log, "step 2/", timeout_s=300, job=(slurm, job_id), also=log.with_name(log.name.replace(".out", ".err")))
         # Under submitit the controller is a job step: the signal goes to the steps.
         subprocess.run(["scancel", "--signal=USR2", job_id], check=True, timeout=30)
         _lift_requeue_hold(slurm, job_id, log)
@@ -82,7 +114,7 @@ def _assert_resumed_once(logs: str, run_dir: Path) -> None:
     for trained_step, item in _trained_items(run_dir):
         by_step.setdefault(trained_step, set()).add(item)
     stream = _stream_items(2 * STEPS)
-    assert by_step == {s: set(stream[2 * (s - 1):2 * s]) for s in range(1, STEPS + 1)}
+    assert by_step == {s: set(stream[2 * (s - 1) : 2 * s]) for s in range(1, STEPS + 1)}
     # The roles ran on their own fake GPUs of the allocation.
     assert re.search(r"trainer\[0\]: \S+ GPU \d", logs) and re.search(r"rollout\[0\]: \S+ GPU \d", logs), logs[-4000:]
 
@@ -91,8 +123,9 @@ def _lift_requeue_hold(slurm, job_id: str, log: Path, timeout_s: float = 180) ->
     """Wait until the job is back in the queue after its requeue, then let it start now."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        state = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], capture_output=True, text=True,
-                               timeout=30).stdout.split()
+        state = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%T %r"], capture_output=True, text=True, timeout=30
+        ).stdout.split()
         if state and state[0] == "PENDING":
             # Not `now`: slurmd refuses a credential issued in the same second as the requeue revoked
             # the job's old one ("Job credential revoked"), and the job then ends instead of running.

@@ -1,5 +1,6 @@
 """place_actors on this machine (roles not partitioned), and the groups' per-actor settings.
 The partitioned path runs against a real Ray in tests/integration/test_role_placement.py."""
+
 from __future__ import annotations
 
 import os
@@ -35,9 +36,11 @@ def test_disaggregated_on_this_machine_pins_cores_as_split_cores_does():
     expected_trainer, expected_engines = split_cores("disaggregated", 1, 1, cores)
     assert actors.placement == "disaggregated" and actors.trainer_options is None
     assert (actors.trainer_cpus, actors.engine_cpus) == (expected_trainer, expected_engines)
-    assert actors.describe() == (f"run.placement=disaggregated on this machine: trainer[0] cores "
-                                 f"{','.join(map(str, expected_trainer[0]))}; rollout[0] cores "
-                                 f"{','.join(map(str, expected_engines[0]))}")
+    assert actors.describe() == (
+        f"run.placement=disaggregated on this machine: trainer[0] cores "
+        f"{','.join(map(str, expected_trainer[0]))}; rollout[0] cores "
+        f"{','.join(map(str, expected_engines[0]))}"
+    )
 
 
 def test_groups_refuse_per_actor_settings_of_the_wrong_length_before_starting_anything():

@@ -102,10 +102,12 @@ def test_gradient_flows_only_through_unclipped_branch():
     loss, _ = ppo_clip_loss(logprobs, old, adv, mask)
     loss.backward()
     # d(-A r)/d logp = -A r, divided by 8 tokens; clipped tokens get 0
-    expected = torch.tensor([
-        [-0.15625, 0.0, -0.0875, -0.09375],
-        [0.15625, 0.1875, 0.0, 0.0],
-    ])
+    expected = torch.tensor(
+        [
+            [-0.15625, 0.0, -0.0875, -0.09375],
+            [0.15625, 0.1875, 0.0, 0.0],
+        ]
+    )
     torch.testing.assert_close(logprobs.grad, expected, atol=1e-6, rtol=0)
 
 

@@ -166,8 +166,7 @@ def test_ppo_clip_loss_without_is_weights_is_unchanged():
     logprobs, old, adv, mask = _ppo_inputs()
     loss, _ = ppo_clip_loss(logprobs, old, adv, mask, is_weights=None)
     ratio = torch.exp(logprobs - old)
-    before = masked_aggregate(torch.maximum(-adv[:, None] * ratio, -adv[:, None] * ratio.clamp(0.8, 1.28)), mask,
-                              "token_mean")
+    before = masked_aggregate(torch.maximum(-adv[:, None] * ratio, -adv[:, None] * ratio.clamp(0.8, 1.28)), mask, "token_mean")
     assert torch.equal(loss, before)
     assert loss.item() == pytest.approx(0.04625, abs=1e-6)
     ones, _ = ppo_clip_loss(logprobs, old, adv, mask, is_weights=torch.ones(2, 4))

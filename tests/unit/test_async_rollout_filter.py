@@ -1,5 +1,6 @@
 """Dynamic filtering of zero-variance groups in the pipeline, and what its data stream keeps
 unsettled, with a stand-in rollout source (the real one: tests/integration/test_async_rollout.py)."""
+
 from __future__ import annotations
 
 import threading
@@ -23,8 +24,17 @@ class _Source:
         with self._lock:
             self.started.append(number)
         rewards = (1.0, 1.0) if number % 2 == 0 else (0.0, 1.0)
-        return [Sample(prompt_ids=[1], response_ids=[2], weight_versions=[self.version], reward=r, group_id=index,
-                       metadata={"item": number}) for r in rewards]
+        return [
+            Sample(
+                prompt_ids=[1],
+                response_ids=[2],
+                weight_versions=[self.version],
+                reward=r,
+                group_id=index,
+                metadata={"item": number},
+            )
+            for r in rewards
+        ]
 
     def close(self) -> None:
         pass

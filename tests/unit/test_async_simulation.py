@@ -1,5 +1,6 @@
 """The discrete-event async-RL simulator (loongsage/bench/async_simulation.py) driving the real
 PipelineBuffer and staleness windows."""
+
 from __future__ import annotations
 
 import json
@@ -13,9 +14,22 @@ WINDOWS = ["no_window", "window_gated", "windowed_fifo"]
 
 def small(**overrides) -> SimConfig:
     """A small cluster with a heavy tail, so groups straddle steps and some outlive the window."""
-    base = dict(gpus=8, tp=1, prompts=8, group=4, steps=8, prompt_len=64, median_len=256, sigma=1.2,
-                max_new_tokens=8192, max_running=32, train_overhead_s=0.5, weight_sync_s=0.5,
-                colocate_switch_s=0.5, train_tokens_per_s_per_gpu=2000.0)
+    base = dict(
+        gpus=8,
+        tp=1,
+        prompts=8,
+        group=4,
+        steps=8,
+        prompt_len=64,
+        median_len=256,
+        sigma=1.2,
+        max_new_tokens=8192,
+        max_running=32,
+        train_overhead_s=0.5,
+        weight_sync_s=0.5,
+        colocate_switch_s=0.5,
+        train_tokens_per_s_per_gpu=2000.0,
+    )
     base.update(overrides)
     return SimConfig(**base)
 
@@ -67,10 +81,23 @@ def test_sync_mode_takes_turns_and_async_overlaps():
 def test_hand_computed_sync_step():
     # 2 GPUs, 1 prompt x 2 samples of 1000 tokens: each engine prefills one prompt, then decodes
     # 1000 steps with one running sequence; then all 2 GPUs train, then the colocated switch.
-    cfg = SimConfig(gpus=2, tp=1, prompts=1, group=2, steps=1, prompt_len=100, lengths="constant",
-                    median_len=1000, sigma=0.0, step_base_s=0.01, step_per_seq_s=0.001,
-                    prefill_tokens_per_s=1000.0, train_tokens_per_s_per_gpu=100.0, train_overhead_s=1.0,
-                    colocate_switch_s=2.0)
+    cfg = SimConfig(
+        gpus=2,
+        tp=1,
+        prompts=1,
+        group=2,
+        steps=1,
+        prompt_len=100,
+        lengths="constant",
+        median_len=1000,
+        sigma=0.0,
+        step_base_s=0.01,
+        step_per_seq_s=0.001,
+        prefill_tokens_per_s=1000.0,
+        train_tokens_per_s_per_gpu=100.0,
+        train_overhead_s=1.0,
+        colocate_switch_s=2.0,
+    )
     r = Simulation(cfg, colocated=True, window="window_gated", max_staleness=0).run()
     rollout = 100 / 1000 + 1000 * (0.01 + 0.001 * 1)
     train = 2 * (100 + 1000) / (100.0 * 2) + 1.0

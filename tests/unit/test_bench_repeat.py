@@ -1,4 +1,5 @@
 """The benches' repeat helper: interleaving order, per-pair ratios, median and range as printed."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,6 +16,7 @@ def test_runs_alternate_base_first_and_results_come_back_per_side_in_run_order()
         def run(index):
             calls.append((name, index))
             return f"{name}{index}"
+
         return run
 
     base, ours = interleaved(side("base"), side("ours"), 3)
@@ -32,17 +34,20 @@ def test_ratios_are_per_pair_and_the_line_gives_their_median_and_range():
     ratios = pair_ratios([10.0, 12.0, 9.0], [8.0, 6.0, 6.0])
     assert ratios == [1.25, 2.0, 1.5]
     assert ratio_line("sync / fully_async loop time", ratios) == (
-        "ratio (sync / fully_async loop time): median 1.50x over 3 interleaved pairs (range 1.25x-2.00x)")
+        "ratio (sync / fully_async loop time): median 1.50x over 3 interleaved pairs (range 1.25x-2.00x)"
+    )
 
 
 def test_even_count_takes_the_mean_of_the_middle_two_and_digits_are_honoured():
     assert ratio_line("r", [1.0, 1.01, 1.03, 1.2], digits=3) == (
-        "ratio (r): median 1.020x over 4 interleaved pairs (range 1.000x-1.200x)")
+        "ratio (r): median 1.020x over 4 interleaved pairs (range 1.000x-1.200x)"
+    )
 
 
 def test_one_pair_reads_in_the_singular():
     assert ratio_line("a / b", pair_ratios([3.0], [2.0])) == (
-        "ratio (a / b): median 1.50x over 1 interleaved pair (range 1.50x-1.50x)")
+        "ratio (a / b): median 1.50x over 1 interleaved pair (range 1.50x-1.50x)"
+    )
     assert runs_note([50.74]) == "median of 1 run: 50.7"
 
 

@@ -1,5 +1,6 @@
 """The pure parts of the Ray bootstrap on a Slurm allocation (the process plumbing runs for
 real inside a Slurm job in tests/slurm)."""
+
 from __future__ import annotations
 
 import signal
@@ -73,8 +74,7 @@ def test_a_slurm_alias_matches_the_node_that_registered():
 
 
 def test_usr2_wrapper_leaves_the_program_ignoring_the_signal():
-    probe = [sys.executable, "-c",
-             "import signal, sys; sys.exit(signal.getsignal(signal.SIGUSR2) is not signal.SIG_IGN)"]
+    probe = [sys.executable, "-c", "import signal, sys; sys.exit(signal.getsignal(signal.SIGUSR2) is not signal.SIG_IGN)"]
     assert subprocess.run(ignoring_usr2(probe, "probe")).returncode == 0
     # And it outlives the signal, sent to it as Slurm sends it to a job step's processes.
     sleeper = subprocess.Popen(ignoring_usr2(["sleep", "30"], "probe"))
@@ -100,23 +100,57 @@ def test_head_is_ray_start_ignoring_usr2():
 
 def test_worker_without_container_is_the_plain_srun_ignoring_usr2():
     assert worker_command("gpu02", RAY_WORKER, ContainerConfig(), "/w") == [
-        "srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", "gpu02", *IGNORE, "ray-worker", *RAY_WORKER]
+        "srun",
+        "--nodes=1",
+        "--ntasks=1",
+        "--overlap",
+        "-w",
+        "gpu02",
+        *IGNORE,
+        "ray-worker",
+        *RAY_WORKER,
+    ]
 
 
 def test_pyxis_worker_gets_the_container_as_srun_options():
     pyxis = ContainerConfig("pyxis", "nvcr.io#nvidia/pytorch:25.01-py3", ["/lustre:/lustre"])
     assert worker_command("gpu02", RAY_WORKER, pyxis, "/lustre/me") == [
-        "srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", "gpu02",
-        "--container-image=nvcr.io#nvidia/pytorch:25.01-py3", "--container-mounts=/lustre:/lustre",
-        "--container-workdir=/lustre/me", *IGNORE, "ray-worker", *RAY_WORKER]
+        "srun",
+        "--nodes=1",
+        "--ntasks=1",
+        "--overlap",
+        "-w",
+        "gpu02",
+        "--container-image=nvcr.io#nvidia/pytorch:25.01-py3",
+        "--container-mounts=/lustre:/lustre",
+        "--container-workdir=/lustre/me",
+        *IGNORE,
+        "ray-worker",
+        *RAY_WORKER,
+    ]
 
 
 def test_apptainer_worker_runs_the_container_and_ray_both_ignoring_usr2():
     apptainer = ContainerConfig("apptainer", "/images/run.sif", ["/lustre:/lustre"])
     assert worker_command("gpu02", RAY_WORKER, apptainer, "/lustre/me") == [
-        "srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", "gpu02",
-        *IGNORE, "ray-container", "apptainer", "exec", "--nv", "--bind", "/lustre:/lustre", "/images/run.sif",
-        *IGNORE, "ray-worker", *RAY_WORKER]
+        "srun",
+        "--nodes=1",
+        "--ntasks=1",
+        "--overlap",
+        "-w",
+        "gpu02",
+        *IGNORE,
+        "ray-container",
+        "apptainer",
+        "exec",
+        "--nv",
+        "--bind",
+        "/lustre:/lustre",
+        "/images/run.sif",
+        *IGNORE,
+        "ray-worker",
+        *RAY_WORKER,
+    ]
 
 
 def test_workers_need_srun_where_the_controller_runs(monkeypatch):

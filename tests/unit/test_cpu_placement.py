@@ -1,4 +1,5 @@
 """Placement on a CPU machine: who gets which cores."""
+
 from __future__ import annotations
 
 import os
@@ -20,13 +21,16 @@ def test_colocate_pins_nothing():
     assert split_cores("colocate", 2, 1, cores=[0, 1]) == (None, None)
 
 
-@pytest.mark.parametrize("ranks, engines, cores, trainer, engine", [
-    (1, 1, [0, 1], [[0]], [[1]]),
-    (1, 1, [0, 1, 2, 3, 4, 5, 6, 7], [[0, 1, 2, 3]], [[4, 5, 6, 7]]),
-    (2, 1, [0, 1, 2, 3, 4, 5], [[0, 1], [2, 3]], [[4, 5]]),
-    (1, 3, [4, 5, 6, 7, 8], [[4]], [[5, 6], [7], [8]]),
-    (3, 1, [0, 1, 2, 3], [[0], [1], [2]], [[3]]),
-])
+@pytest.mark.parametrize(
+    "ranks, engines, cores, trainer, engine",
+    [
+        (1, 1, [0, 1], [[0]], [[1]]),
+        (1, 1, [0, 1, 2, 3, 4, 5, 6, 7], [[0, 1, 2, 3]], [[4, 5, 6, 7]]),
+        (2, 1, [0, 1, 2, 3, 4, 5], [[0, 1], [2, 3]], [[4, 5]]),
+        (1, 3, [4, 5, 6, 7, 8], [[4]], [[5, 6], [7], [8]]),
+        (3, 1, [0, 1, 2, 3], [[0], [1], [2]], [[3]]),
+    ],
+)
 def test_disaggregated_splits_the_cores_without_overlap(ranks, engines, cores, trainer, engine):
     got_trainer, got_engine = split_cores("disaggregated", ranks, engines, cores=cores)
     assert (got_trainer, got_engine) == (trainer, engine)

@@ -1,4 +1,5 @@
 """Mixed data sources: fixed shares in every batch, resumable positions, config arithmetic."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,9 +12,12 @@ def mixed_config(prompts_per_step: int, weights: tuple[float, float]) -> Config:
     cfg = Config()
     cfg.agent.name = "tool"
     cfg.rollout.prompts_per_step, cfg.rollout.group_size, cfg.trainer.micro_batch_size = prompts_per_step, 2, 1
-    cfg.data.mix = [DataMixEntry(name="swe", source="swe_tasks", options={"difficulty": "easy"}, reward="swe", weight=weights[0]),
-                    DataMixEntry(name="math", source="synthetic_arithmetic", reward="math", weight=weights[1], agent="chat",
-                                 system_prompt="Be brief.")]
+    cfg.data.mix = [
+        DataMixEntry(name="swe", source="swe_tasks", options={"difficulty": "easy"}, reward="swe", weight=weights[0]),
+        DataMixEntry(
+            name="math", source="synthetic_arithmetic", reward="math", weight=weights[1], agent="chat", system_prompt="Be brief."
+        ),
+    ]
     return cfg
 
 

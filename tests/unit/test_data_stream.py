@@ -1,5 +1,6 @@
 """The data stream: items by cursor, unsettled items replayed first after a resume, and the
 checkpoints written before cursors existed."""
+
 from __future__ import annotations
 
 from loongsage.config import DataConfig

@@ -1,4 +1,5 @@
 """Our Llama forward against transformers on the tiny model (fp32)."""
+
 from __future__ import annotations
 
 import json

@@ -35,8 +35,7 @@ def test_samples_follow_the_tempered_distribution():
 def test_uneven_vocabulary_blocks_sample_exactly():
     n, vocab = 20000, 50  # 7 blocks of 8, the last one padded
     probs = torch.softmax(torch.randn(vocab, generator=torch.Generator().manual_seed(5)) * 2, -1)
-    freq = torch.bincount(sample_tokens(probs.log().expand(n, vocab), **_rows(n, vocab, seed=2))[0],
-                          minlength=vocab).float() / n
+    freq = torch.bincount(sample_tokens(probs.log().expand(n, vocab), **_rows(n, vocab, seed=2))[0], minlength=vocab).float() / n
     assert freq.shape == (vocab,)
     assert (freq - probs).abs().max() < 0.015
 
@@ -57,7 +56,7 @@ def test_a_row_depends_only_on_its_own_noise():
     logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(3))
     rows = _rows(3, 50, seed=7)
     together = sample_tokens(logits, **rows)[0]
-    alone = [sample_tokens(logits[i:i + 1], **{k: v[i:i + 1] for k, v in rows.items()})[0].item() for i in range(3)]
+    alone = [sample_tokens(logits[i : i + 1], **{k: v[i : i + 1] for k, v in rows.items()})[0].item() for i in range(3)]
     assert together.tolist() == alone
 
 

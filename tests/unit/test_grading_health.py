@@ -1,5 +1,6 @@
 """Grading that broke is told apart from wrong patches: marked on the samples, counted per
 episode, shown on the progress line, and a batch where every grading broke stops the run."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,20 +11,33 @@ from loongsage.controller.metrics import rollout_metrics
 from loongsage.controller.monitor import Monitor
 from loongsage.sample import Sample
 
-BROKE = {"instance_id": "numutil__mean-divisor", "resolved": False, "tests": {}, "error": True,
-         "reason": "grading error: the local sandbox cannot run pytest (`python -c ...` exited 127): "
-                   "bash: line 1: python: command not found"}
-WRONG = {"instance_id": "numutil__mean-divisor", "resolved": False, "error": False,
-         "reason": "FAIL_TO_PASS not passing: t::a (failed)", "tests": {"t::a": False}}
-EMPTY = {"instance_id": "numutil__mean-divisor", "resolved": False, "error": False, "reason": "empty patch",
-         "tests": {}}
+BROKE = {
+    "instance_id": "numutil__mean-divisor",
+    "resolved": False,
+    "tests": {},
+    "error": True,
+    "reason": "grading error: the local sandbox cannot run pytest (`python -c ...` exited 127): "
+    "bash: line 1: python: command not found",
+}
+WRONG = {
+    "instance_id": "numutil__mean-divisor",
+    "resolved": False,
+    "error": False,
+    "reason": "FAIL_TO_PASS not passing: t::a (failed)",
+    "tests": {"t::a": False},
+}
+EMPTY = {"instance_id": "numutil__mean-divisor", "resolved": False, "error": False, "reason": "empty patch", "tests": {}}
 
 
 def episode(name: str, info: dict, branches: int = 1) -> list[Sample]:
     samples = []
     for _ in range(branches):
-        sample = Sample(prompt_ids=[1], response_ids=[2, 3], label=info["instance_id"],
-                        metadata={"trajectory_id": name, "reward_info": info, "exit_status": "submitted", "turns": 1})
+        sample = Sample(
+            prompt_ids=[1],
+            response_ids=[2, 3],
+            label=info["instance_id"],
+            metadata={"trajectory_id": name, "reward_info": info, "exit_status": "submitted", "turns": 1},
+        )
         mark_grading_error(sample, info)
         samples.append(sample)
     return samples

@@ -1,5 +1,6 @@
 """Untrusted JSON bodies: every way Python's json can fail or let through unencodable text is a
 JsonInputError naming where in the body it sits."""
+
 from __future__ import annotations
 
 import json
@@ -37,7 +38,7 @@ def test_unencodable_text_is_located_in_values_and_keys():
     assert _error('{"messages": [{"content": "a\\ud800"}]}').field == "messages[0].content"
     error = _error('{"tools": {"\\udfff": 1}}')
     assert error.field == "tools" and "surrogate" in error.message
-    assert parse_json('"\\ud83d\\ude00"') == "\U0001F600"  # a proper surrogate pair is fine
+    assert parse_json('"\\ud83d\\ude00"') == "\U0001f600"  # a proper surrogate pair is fine
 
 
 def test_over_long_integer_literals_are_located():

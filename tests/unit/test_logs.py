@@ -1,5 +1,6 @@
 """The one logging setup: status on stdout, problems on stderr with the module's name, one
 handler each however often it is called, and still in place after Hydra's job_logging."""
+
 from __future__ import annotations
 
 import logging

@@ -28,8 +28,10 @@ def test_sample_labels_match_their_worked_solutions():
 def test_blank_lines_skipped_and_ids_kept(tmp_path):
     path = tmp_path / "mini.jsonl"
     path.write_text(
-        json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n\n"
-        + json.dumps({"id": "q7", "question": "2+2?", "answer": "so 4\n#### 4"}) + "\n"
+        json.dumps({"question": "1+1?", "answer": "#### 2"})
+        + "\n\n"
+        + json.dumps({"id": "q7", "question": "2+2?", "answer": "so 4\n#### 4"})
+        + "\n"
     )
     items = load_gsm8k_jsonl(path)
     assert [(x["id"], x["label"]) for x in items] == [("mini-1", "2"), ("q7", "4")]

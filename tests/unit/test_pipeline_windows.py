@@ -1,5 +1,6 @@
 """Staleness windows and the pipeline buffer: the bound holds, nothing is lost or trained twice,
 whatever order rollouts finish in."""
+
 from __future__ import annotations
 
 import threading
@@ -64,7 +65,7 @@ def test_staleness_bound_and_conservation_over_random_orders(window, batch, max_
     # Every started group is accounted for exactly once.
     assert b.next_index == len(driver.trained) + b.dropped_stale + b.filtered + len(b.ready) + b.running
     assert b.trained == len(driver.trained)
-    assert all(len(driver.trained[i:i + batch]) == batch for i in range(0, len(driver.trained), batch))
+    assert all(len(driver.trained[i : i + batch]) == batch for i in range(0, len(driver.trained), batch))
 
 
 def test_window_gated_follows_areal_admission_rule():

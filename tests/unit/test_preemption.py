@@ -1,5 +1,6 @@
 """The warning signal as a flag, the children that must not die of it, the requeue hand-off,
 and the waits a stopping run gives up."""
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """The rollout's shared event loop: a caller never waits forever on a loop that was closed."""
+
 import asyncio
 import threading
 

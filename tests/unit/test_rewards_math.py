@@ -108,7 +108,7 @@ def test_fuzz_never_raises(response, label):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(min_value=-10**9, max_value=10**9))
+@given(st.integers(min_value=-(10**9), max_value=10**9))
 def test_boxed_integer_always_matches_its_label(n):
     assert math_reward(f"The answer is \\boxed{{{n:,}}}.", str(n)) == 1.0
     assert math_reward(f"The answer is \\boxed{{{n + 1}}}.", str(n)) == 0.0

@@ -35,8 +35,12 @@ def test_raising_reward_scores_zero_with_error_text():
 
 
 def test_wrong_shapes_and_non_finite_scores_score_zero():
-    for bad, words in [(1.0, "not a (score, info dict) pair"), (("1.0", {}), "of type str"),
-                       ((None, {}), "of type NoneType"), ((1.0, None), "not a (score, info dict) pair")]:
+    for bad, words in [
+        (1.0, "not a (score, info dict) pair"),
+        (("1.0", {}), "of type str"),
+        ((None, {}), "of type NoneType"),
+        ((1.0, None), "not a (score, info dict) pair"),
+    ]:
         score, info, error = score_safely(lambda item, result, bad=bad: bad, ITEM, _answered(""))
         assert score == 0.0 and info == {} and words in error
     for bad in (math.nan, math.inf, -math.inf):

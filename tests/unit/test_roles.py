@@ -1,5 +1,6 @@
 """Role partitioning: which devices of a multi-node allocation each role gets (pure arithmetic,
 shapes that cannot run on this machine)."""
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,9 @@ def nodes(*sizes: int, names: str = "abcdefgh") -> list[tuple[str, list[int]]]:
 
 
 def roles(trainer=0, rollout=0, tp=1, teacher=0) -> RolesConfig:
-    return RolesConfig(trainer=RoleConfig(gpus=trainer), rollout=RolloutRoleConfig(gpus=rollout, tp=tp),
-                       teacher=RoleConfig(gpus=teacher))
+    return RolesConfig(
+        trainer=RoleConfig(gpus=trainer), rollout=RolloutRoleConfig(gpus=rollout, tp=tp), teacher=RoleConfig(gpus=teacher)
+    )
 
 
 def config(roles_cfg: RolesConfig, placement="disaggregated", mode="sync", world_size=None, engines=None) -> Config:
@@ -106,16 +108,24 @@ def test_uneven_nodes():
 
 
 def test_too_many_gpus_is_refused_with_the_sum():
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             "roles.trainer.gpus + roles.rollout.gpus + roles.teacher.gpus = 16 + 8 + 8 = 32 > 24 GPUs in the "
-            "allocation (3 nodes x 8)")):
+            "allocation (3 nodes x 8)"
+        ),
+    ):
         partition(nodes(8, 8, 8), roles(trainer=16, rollout=8, tp=2, teacher=8), colocate=False)
 
 
 def test_too_many_gpus_names_uneven_nodes_and_colocate():
-    with pytest.raises(ValueError, match=re.escape(
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
             "colocated placement (run.placement=colocate, or auto with run.mode=sync): roles.trainer.gpus (shared "
-            "with roles.rollout) + roles.teacher.gpus = 8 + 4 = 12 > 11 GPUs in the allocation (2 nodes: a 8, b 3)")):
+            "with roles.rollout) + roles.teacher.gpus = 8 + 4 = 12 > 11 GPUs in the allocation (2 nodes: a 8, b 3)"
+        ),
+    ):
         partition(nodes(8, 3), roles(trainer=8, rollout=8, teacher=4), colocate=True)
     with pytest.raises(ValueError, match=re.escape("= 1 + 0 + 0 = 1 > 0 GPUs in the allocation (no nodes with GPUs)")):
         partition([], roles(trainer=1), colocate=False)
@@ -123,18 +133,23 @@ def test_too_many_gpus_names_uneven_nodes_and_colocate():
         partition(nodes(8), roles(trainer=9), colocate=False)
 
 
-COLOCATED_MISMATCH = ("colocated placement (run.placement=colocate, or auto with run.mode=sync) puts the rollout "
-                      "engines on the trainer's devices: roles.trainer.gpus=8 must equal roles.rollout.gpus=4; set "
-                      "both to the same number, or run.placement=disaggregated")
+COLOCATED_MISMATCH = (
+    "colocated placement (run.placement=colocate, or auto with run.mode=sync) puts the rollout "
+    "engines on the trainer's devices: roles.trainer.gpus=8 must equal roles.rollout.gpus=4; set "
+    "both to the same number, or run.placement=disaggregated"
+)
 
 
-@pytest.mark.parametrize("bad, colocate, message", [
-    (roles(trainer=-1), False, "roles.trainer.gpus=-1 must be >= 0"),
-    (roles(teacher=-2), False, "roles.teacher.gpus=-2 must be >= 0"),
-    (roles(rollout=4, tp=0), False, "roles.rollout.tp=0 must be >= 1"),
-    (roles(rollout=6, tp=4), False, "roles.rollout.gpus=6 must be divisible by roles.rollout.tp=4"),
-    (roles(trainer=8, rollout=4), True, COLOCATED_MISMATCH),
-])
+@pytest.mark.parametrize(
+    "bad, colocate, message",
+    [
+        (roles(trainer=-1), False, "roles.trainer.gpus=-1 must be >= 0"),
+        (roles(teacher=-2), False, "roles.teacher.gpus=-2 must be >= 0"),
+        (roles(rollout=4, tp=0), False, "roles.rollout.tp=0 must be >= 1"),
+        (roles(rollout=6, tp=4), False, "roles.rollout.gpus=6 must be divisible by roles.rollout.tp=4"),
+        (roles(trainer=8, rollout=4), True, COLOCATED_MISMATCH),
+    ],
+)
 def test_bad_roles_are_refused_by_field_in_config_and_in_partition(bad, colocate, message):
     assert any(message in problem for problem in config_problems(bad, colocate))
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -153,20 +168,28 @@ def test_auto_placement_colocates_roles_in_sync_mode_only():
 def test_partitioned_trainer_ranks_must_fill_the_trainer_devices():
     with pytest.raises(ConfigError) as error:
         check(config(roles(trainer=4, rollout=2), world_size=2))
-    assert ("trainer.world_size=2 must equal roles.trainer.gpus=4 (one trainer rank per device once roles are "
-            "partitioned); set trainer.world_size=4 or roles.trainer.gpus=2") in str(error.value)
+    assert (
+        "trainer.world_size=2 must equal roles.trainer.gpus=4 (one trainer rank per device once roles are "
+        "partitioned); set trainer.world_size=4 or roles.trainer.gpus=2"
+    ) in str(error.value)
     # a count of 0 is never suggested
-    with pytest.raises(ConfigError, match=re.escape(
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
             "trainer.world_size=1 must equal roles.trainer.gpus=0 (one trainer rank per device once roles are "
-            "partitioned); set roles.trainer.gpus=1\n")):
+            "partitioned); set roles.trainer.gpus=1\n"
+        ),
+    ):
         check(config(roles(teacher=1), world_size=1, engines=1))
 
 
 def test_partitioned_engines_must_fill_the_rollout_devices():
     with pytest.raises(ConfigError) as error:
         check(config(roles(trainer=2, rollout=8, tp=2), engines=2))
-    assert ("rollout.num_engines=2 must equal roles.rollout.gpus / roles.rollout.tp = 8 / 2 = 4 (one engine per tp "
-            "devices once roles are partitioned); set rollout.num_engines=4 or roles.rollout.gpus=4") in str(error.value)
+    assert (
+        "rollout.num_engines=2 must equal roles.rollout.gpus / roles.rollout.tp = 8 / 2 = 4 (one engine per tp "
+        "devices once roles are partitioned); set rollout.num_engines=4 or roles.rollout.gpus=4"
+    ) in str(error.value)
 
 
 def test_partitioned_roles_are_not_pinned_to_this_machines_cores():
@@ -181,9 +204,16 @@ def test_roles_come_from_command_line_overrides():
     from hydra import compose, initialize_config_dir
 
     register()
-    overrides = ["roles.trainer.gpus=16", "roles.rollout.gpus=8", "roles.rollout.tp=2", "roles.teacher.gpus=8",
-                 "run.placement=disaggregated", "trainer.world_size=16", "trainer.micro_batch_size=2",
-                 "rollout.num_engines=4"]
+    overrides = [
+        "roles.trainer.gpus=16",
+        "roles.rollout.gpus=8",
+        "roles.rollout.tp=2",
+        "roles.teacher.gpus=8",
+        "run.placement=disaggregated",
+        "trainer.world_size=16",
+        "trainer.micro_batch_size=2",
+        "rollout.num_engines=4",
+    ]
     with initialize_config_dir(config_dir=str(RECIPES_DIR), version_base=None):
         cfg = to_config(compose(config_name="config", overrides=overrides))
         assert (cfg.roles.trainer.gpus, cfg.roles.rollout.gpus, cfg.roles.rollout.tp, cfg.roles.teacher.gpus) == (16, 8, 2, 8)

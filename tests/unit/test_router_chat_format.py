@@ -1,5 +1,6 @@
 """Chat format: rendering with the tokenizer's template (+ Hermes tool markup) and parsing of
 generated text into content and tool calls."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,11 @@ from loongsage.agentflow.router.errors import RouterError
 from loongsage.agentflow.router.messages import Message, ToolCall
 from loongsage.models import load_tokenizer
 
-WEATHER = {"name": "get_weather", "description": "Current weather",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+WEATHER = {
+    "name": "get_weather",
+    "description": "Current weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 # A cut-down Qwen2.5-style template that reads `tools` itself.
 NATIVE_TEMPLATE = (
     "{% if tools %}<|im_start|>system\nTOOLS:{% for t in tools %}{{ t | tojson }}{% endfor %}<|im_end|>\n{% endif %}"
@@ -35,8 +39,12 @@ def hermes(tokenizer):
 
 
 def test_plain_chat_renders_exactly_as_the_template(hermes, tokenizer):
-    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
-            {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Again"}]
+    chat = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "Again"},
+    ]
     rendered = hermes.render([Message(m["role"], m["content"]) for m in chat], [])
     assert rendered == tokenizer.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
     assert rendered.endswith("<|im_start|>assistant\n")
@@ -45,18 +53,27 @@ def test_plain_chat_renders_exactly_as_the_template(hermes, tokenizer):
 def test_tools_calls_and_results_in_hermes_markup_when_the_template_has_no_tools(hermes):
     assert not hermes.native_tools  # SmolLM2's ChatML knows no tools
     call = ToolCall("call_1", "get_weather", '{"city":  "Paris"}')
-    messages = [Message("system", "Be brief."), Message("user", "Weather in Paris?"),
-                Message("assistant", "Checking.", (call,)), Message("tool", "sunny", tool_call_id="call_1"),
-                Message("tool", "22C", tool_call_id="call_1"), Message("user", "Thanks")]
+    messages = [
+        Message("system", "Be brief."),
+        Message("user", "Weather in Paris?"),
+        Message("assistant", "Checking.", (call,)),
+        Message("tool", "sunny", tool_call_id="call_1"),
+        Message("tool", "22C", tool_call_id="call_1"),
+        Message("user", "Thanks"),
+    ]
     rendered = hermes.render(messages, [WEATHER])
     system = rendered.split("<|im_end|>")[0]
     assert system.startswith("<|im_start|>system\nBe brief.\n\n# Tools")
     assert "<tools>\n" + json.dumps({"type": "function", "function": WEATHER}) + "\n</tools>" in system
-    assert ('<|im_start|>assistant\nChecking.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
-            "\n</tool_call><|im_end|>") in rendered
+    assert (
+        '<|im_start|>assistant\nChecking.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}'
+        "\n</tool_call><|im_end|>"
+    ) in rendered
     # Two results of one round share one user turn; the next user message has its own.
-    assert ("<|im_start|>user\n<tool_response>\nsunny\n</tool_response>\n<tool_response>\n22C\n"
-            "</tool_response><|im_end|>\n<|im_start|>user\nThanks<|im_end|>") in rendered
+    assert (
+        "<|im_start|>user\n<tool_response>\nsunny\n</tool_response>\n<tool_response>\n22C\n"
+        "</tool_response><|im_end|>\n<|im_start|>user\nThanks<|im_end|>"
+    ) in rendered
 
 
 def test_tools_without_a_system_message_get_one(hermes):
@@ -91,12 +108,13 @@ def test_parse_plain_text_is_left_unchanged(hermes):
 
 
 def test_parse_tool_calls_between_content(hermes):
-    text = ('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
-            '<tool_call>{"name": "get_time", "parameters": {"tz": "CET"}}</tool_call>')
+    text = (
+        'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
+        '<tool_call>{"name": "get_time", "parameters": {"tz": "CET"}}</tool_call>'
+    )
     content, calls = hermes.parse_assistant(text)
     assert content == "Let me check."
-    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Paris"}),
-                                                                  ("get_time", {"tz": "CET"})]
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [("get_weather", {"city": "Paris"}), ("get_time", {"tz": "CET"})]
     assert len({c.id for c in calls}) == 2 and all(c.id.startswith("call_") for c in calls)
 
 
@@ -105,15 +123,18 @@ def test_parse_arguments_given_as_a_json_string(hermes):
     assert json.loads(calls[0].arguments) == {"x": 1}
 
 
-@pytest.mark.parametrize("block", [
-    "<tool_call>{not json}</tool_call>",
-    '<tool_call>{"arguments": {}}</tool_call>',
-    '<tool_call>{"name": "", "arguments": {}}</tool_call>',
-    '<tool_call>{"name": "f", "arguments": [1, 2]}</tool_call>',
-    '<tool_call>{"name": "f", "arguments": "not json"}</tool_call>',
-    '<tool_call>["f"]</tool_call>',
-    '<tool_call>{"name": "f", "arguments": {}}',  # never closed
-])
+@pytest.mark.parametrize(
+    "block",
+    [
+        "<tool_call>{not json}</tool_call>",
+        '<tool_call>{"arguments": {}}</tool_call>',
+        '<tool_call>{"name": "", "arguments": {}}</tool_call>',
+        '<tool_call>{"name": "f", "arguments": [1, 2]}</tool_call>',
+        '<tool_call>{"name": "f", "arguments": "not json"}</tool_call>',
+        '<tool_call>["f"]</tool_call>',
+        '<tool_call>{"name": "f", "arguments": {}}',  # never closed
+    ],
+)
 def test_malformed_tool_calls_stay_content(hermes, block):
     text = "Before " + block
     assert hermes.parse_assistant(text) == (text, [])
@@ -126,8 +147,31 @@ def test_a_malformed_block_stays_while_a_good_one_parses(hermes):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from(["<tool_call>", "</tool_call>", "{", "}", '"name"', ":", '"f"', ",",
-                                 '"arguments"', "[", "]", "x", "\n", " ", "null", "\ufffd"]), max_size=30))
+@given(
+    st.lists(
+        st.sampled_from(
+            [
+                "<tool_call>",
+                "</tool_call>",
+                "{",
+                "}",
+                '"name"',
+                ":",
+                '"f"',
+                ",",
+                '"arguments"',
+                "[",
+                "]",
+                "x",
+                "\n",
+                " ",
+                "null",
+                "\ufffd",
+            ]
+        ),
+        max_size=30,
+    )
+)
 def test_parse_never_raises(hermes, pieces):
     content, calls = hermes.parse_assistant("".join(pieces))
     assert isinstance(content, str)

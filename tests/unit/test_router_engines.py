@@ -1,4 +1,5 @@
 """Engine choice: a trajectory sticks to its engine; a new one goes to the least-loaded."""
+
 from __future__ import annotations
 
 import asyncio

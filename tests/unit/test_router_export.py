@@ -1,4 +1,5 @@
 """Export of trajectories: loss masks, logprobs and versions per turn and concatenated."""
+
 from __future__ import annotations
 
 import json
@@ -11,19 +12,32 @@ from loongsage.agentflow.router.trajectory import Branch, Trajectory, Turn
 
 
 def _turn(prompt: list[int], output: list[int], version: int, finish: str = "stop") -> Turn:
-    return Turn(prompt_ids=prompt, output_ids=output, output_logprobs=[-0.1 * t for t in output],
-                weight_versions=[version] * len(output), finish_reason=finish, sampled_text=f"<{len(output)}>",
-                stop_text="", message=Message("assistant", "x"), prompt_text="")
+    return Turn(
+        prompt_ids=prompt,
+        output_ids=output,
+        output_logprobs=[-0.1 * t for t in output],
+        weight_versions=[version] * len(output),
+        finish_reason=finish,
+        sampled_text=f"<{len(output)}>",
+        stop_text="",
+        message=Message("assistant", "x"),
+        prompt_text="",
+    )
 
 
 def _three_turn_trajectory() -> Trajectory:
     """prompt [1 2 3] -> sampled [10 11]; tool tokens [4 5] -> sampled [12]; user [6] -> sampled [13 14]."""
     trajectory = Trajectory("t")
-    branch = Branch(0, "0", "first request of attempt 0", [
-        _turn([1, 2, 3], [10, 11], 5),
-        _turn([1, 2, 3, 10, 11, 4, 5], [12], 6),
-        _turn([1, 2, 3, 10, 11, 4, 5, 12, 6], [13, 14], 6, finish="length"),
-    ])
+    branch = Branch(
+        0,
+        "0",
+        "first request of attempt 0",
+        [
+            _turn([1, 2, 3], [10, 11], 5),
+            _turn([1, 2, 3, 10, 11, 4, 5], [12], 6),
+            _turn([1, 2, 3, 10, 11, 4, 5, 12, 6], [13, 14], 6, finish="length"),
+        ],
+    )
     trajectory.branches.append(branch)
     return trajectory
 
@@ -38,8 +52,7 @@ def test_concatenated_sample_masks_exactly_the_sampled_tokens():
     assert sample.weight_versions == [5, 5, 5, 5, 6, 6, 6, 6]
     assert sample.finish_reason == "length"
     assert sample.metadata == {"trajectory_id": "t", "attempt": "0", "branch": 0, "turns": [0, 1, 2]}
-    assert len(sample.response_ids) == len(sample.loss_mask) == len(sample.response_logprobs) == len(
-        sample.weight_versions)
+    assert len(sample.response_ids) == len(sample.loss_mask) == len(sample.response_logprobs) == len(sample.weight_versions)
 
 
 def test_per_turn_samples_are_each_engine_call():

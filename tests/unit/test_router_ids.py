@@ -1,5 +1,6 @@
 """Trajectory ids as URL path segments: any id round-trips, and the segment holds only
 characters no client or server rewrites."""
+
 from __future__ import annotations
 
 import re
@@ -22,10 +23,17 @@ def test_any_id_round_trips_through_a_safe_segment(trajectory_id):
     assert decode_segment(segment, "trajectory_id") == trajectory_id
 
 
-@pytest.mark.parametrize("trajectory_id, segment", [
-    ("step3-g2-m1", "step3-g2-m1"), ("owner/repo#12", "owner~2Frepo~2312"), (".", "~2E"), ("..", "~2E~2E"),
-    ("~", "~7E"), ("é", "~C3~A9"),
-])
+@pytest.mark.parametrize(
+    "trajectory_id, segment",
+    [
+        ("step3-g2-m1", "step3-g2-m1"),
+        ("owner/repo#12", "owner~2Frepo~2312"),
+        (".", "~2E"),
+        ("..", "~2E~2E"),
+        ("~", "~7E"),
+        ("é", "~C3~A9"),
+    ],
+)
 def test_plain_ids_stay_readable_and_the_rest_is_escaped(trajectory_id, segment):
     assert encode_segment(trajectory_id) == segment
 

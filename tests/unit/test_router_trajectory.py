@@ -1,5 +1,6 @@
 """Token in, token out without HTTP: an agent loop simulated on a Trajectory with the real
 tokenizer and chat template, the engine's answers given as ids."""
+
 from __future__ import annotations
 
 import pytest
@@ -64,8 +65,9 @@ def test_next_prompt_is_previous_ids_plus_only_the_new_messages(tokenizer):
     assert second.prompt_ids[: len(first.tip_ids)] == first.tip_ids
     assert second.inherited == len(first.tip_ids)
     # The template's "\n" after the sampled <|im_end|> is the first new token.
-    assert tokenizer.decode(second.prompt_ids[len(first.tip_ids):]) == (
-        "\n<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n")
+    assert tokenizer.decode(second.prompt_ids[len(first.tip_ids) :]) == (
+        "\n<|im_start|>user\nAgain<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_a_word_sampled_as_odd_pieces_survives_intact(tokenizer):
@@ -77,7 +79,7 @@ def test_a_word_sampled_as_odd_pieces_survives_intact(tokenizer):
     assert first.message.content == "HAVING"
     second, _ = loop.turn(history + [Message("assistant", "HAVING"), Message("user", "More")], [42, EOS])
     start = len(first.prompt_ids)
-    assert second.prompt_ids[start:start + 4] == HAVING_IN_ODD_PIECES + [EOS]
+    assert second.prompt_ids[start : start + 4] == HAVING_IN_ODD_PIECES + [EOS]
 
 
 def test_echoed_replies_are_recognised_despite_whitespace_ids_and_json_spacing(tokenizer):
@@ -88,11 +90,10 @@ def test_echoed_replies_are_recognised_despite_whitespace_ids_and_json_spacing(t
     (call,) = first.message.tool_calls
     assert first.message.content == "Calling."
     echoed = Message("assistant", "Calling.  ", (ToolCall("my-own-id", "f", '{"b":[2],   "a":1}'),))
-    second, branch = loop.turn([Message("user", "go"), echoed, Message("tool", "ok", tool_call_id=call.id)],
-                               [7, EOS], tools)
+    second, branch = loop.turn([Message("user", "go"), echoed, Message("tool", "ok", tool_call_id=call.id)], [7, EOS], tools)
     assert len(loop.trajectory.branches) == 1 and len(branch.turns) == 2
     assert second.prompt_ids[: len(first.tip_ids)] == first.tip_ids
-    assert "<tool_response>\nok\n</tool_response>" in tokenizer.decode(second.prompt_ids[len(first.tip_ids):])
+    assert "<tool_response>\nok\n</tool_response>" in tokenizer.decode(second.prompt_ids[len(first.tip_ids) :])
 
 
 def test_a_rewritten_history_starts_a_new_branch_and_says_why(tokenizer):
@@ -150,8 +151,10 @@ def test_attempts_never_share_branches(tokenizer):
 
 
 @settings(max_examples=25, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 49151), min_size=1, max_size=12), min_size=2, max_size=5),
-           st.lists(st.booleans(), min_size=5, max_size=5))
+@given(
+    st.lists(st.lists(st.integers(0, 49151), min_size=1, max_size=12), min_size=2, max_size=5),
+    st.lists(st.booleans(), min_size=5, max_size=5),
+)
 def test_no_sampled_id_is_ever_changed_across_turns(tokenizer, outputs, ends_with_eos):
     """Random ids (special tokens, split UTF-8 bytes, odd merges) as the engine's outputs; the
     agent echoes each reply back as received: every sampled id stays where it was sampled."""
@@ -168,4 +171,4 @@ def test_no_sampled_id_is_ever_changed_across_turns(tokenizer, outputs, ends_wit
     for turn in turns:
         start = len(turn.prompt_ids)
         assert final[:start] == turn.prompt_ids
-        assert final[start:start + len(turn.output_ids)] == turn.output_ids
+        assert final[start : start + len(turn.output_ids)] == turn.output_ids

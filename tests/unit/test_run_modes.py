@@ -1,4 +1,5 @@
 """Run modes as rows of one table: what each mode fixes, and a setting it fixes refused, not ignored."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,7 +21,10 @@ def test_each_mode_runs_the_pipeline_with_its_row(mode):
     settings = pipeline_settings(_config(mode))
     row = RUN_MODES[mode]
     assert (settings.window, settings.max_staleness, settings.partial_rollout) == (
-        row.window, row.max_staleness, row.partial_rollout)
+        row.window,
+        row.max_staleness,
+        row.partial_rollout,
+    )
     assert (RUN_MODES["sync"].max_staleness, RUN_MODES["sync"].partial_rollout) == (0, False)
 
 
@@ -44,8 +48,7 @@ def test_a_setting_the_mode_fixes_is_refused_with_the_reason():
 
 
 def test_masking_stale_tokens_without_partial_rollouts_selects_nothing_and_is_refused():
-    for cfg in (_config("sync", mask_stale_tokens=True),
-                _config("fully_async", mask_stale_tokens=True, partial_rollout=False)):
+    for cfg in (_config("sync", mask_stale_tokens=True), _config("fully_async", mask_stale_tokens=True, partial_rollout=False)):
         with pytest.raises(ConfigError, match="pipeline.mask_stale_tokens=true selects nothing without partial rollouts"):
             check(cfg)
     check(_config("fully_async", mask_stale_tokens=True))

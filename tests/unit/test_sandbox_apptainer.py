@@ -9,10 +9,11 @@ from loongsage.agentflow.sandbox.limits import limited_argv
 
 def test_command_contains_the_container_binds_the_tree_and_denies_network():
     inner = limited_argv(["bash", "-c", "pytest -q"], SandboxLimits(), max_processes=None)
-    argv = apptainer_argv("/usr/bin/apptainer", "/images/swe.sif", "/tmp/sbx/tree", "/testbed", "/testbed/src",
-                          network=False, argv=inner)
+    argv = apptainer_argv(
+        "/usr/bin/apptainer", "/images/swe.sif", "/tmp/sbx/tree", "/testbed", "/testbed/src", network=False, argv=inner
+    )
     assert argv[:2] == ["/usr/bin/apptainer", "exec"]
-    options, image_and_command = argv[2:argv.index("/images/swe.sif")], argv[argv.index("/images/swe.sif"):]
+    options, image_and_command = argv[2 : argv.index("/images/swe.sif")], argv[argv.index("/images/swe.sif") :]
     assert {"--containall", "--cleanenv", "--no-home"} <= set(options)
     assert options[options.index("--bind") + 1] == "/tmp/sbx/tree:/testbed"
     assert options[options.index("--pwd") + 1] == "/testbed/src"
@@ -22,22 +23,19 @@ def test_command_contains_the_container_binds_the_tree_and_denies_network():
 
 
 def test_network_allowed_drops_the_network_options():
-    argv = apptainer_argv("apptainer", "docker://python:3.11", "/t", "/workspace", "/workspace", network=True,
-                          argv=["true"])
+    argv = apptainer_argv("apptainer", "docker://python:3.11", "/t", "/workspace", "/workspace", network=True, argv=["true"])
     assert "--net" not in argv and "--network" not in argv
 
 
 def test_tree_path_that_breaks_bind_syntax_is_rejected():
     with pytest.raises(SandboxError, match="contains ':' or ','"):
-        apptainer_argv("apptainer", "img.sif", "/tmp/a:b/tree", "/workspace", "/workspace", network=False,
-                       argv=["true"])
+        apptainer_argv("apptainer", "img.sif", "/tmp/a:b/tree", "/workspace", "/workspace", network=False, argv=["true"])
 
 
 def test_environment_reaches_the_container_only_through_apptainerenv():
     host = {"PATH": "/usr/bin", "HOME": "/home/u", "APPTAINERENV_LEAK": "1", "SINGULARITYENV_OLD": "1"}
     env = apptainer_env(host, {"LANG": "C.UTF-8", "TOKEN": "a,b=c"})
-    assert env == {"PATH": "/usr/bin", "HOME": "/home/u",
-                   "APPTAINERENV_LANG": "C.UTF-8", "APPTAINERENV_TOKEN": "a,b=c"}
+    assert env == {"PATH": "/usr/bin", "HOME": "/home/u", "APPTAINERENV_LANG": "C.UTF-8", "APPTAINERENV_TOKEN": "a,b=c"}
 
 
 def test_apptainer_backend_needs_an_image():

@@ -8,9 +8,16 @@ from loongsage.agentflow.sandbox import SandboxError, SandboxLimits
 from loongsage.agentflow.sandbox.limits import limited_argv
 
 
-@pytest.mark.parametrize("field, value", [
-    ("timeout_s", 0), ("cpu_s", -1), ("memory_mb", "2048"), ("max_processes", True), ("network", 1),
-])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("timeout_s", 0),
+        ("cpu_s", -1),
+        ("memory_mb", "2048"),
+        ("max_processes", True),
+        ("network", 1),
+    ],
+)
 def test_bad_limit_is_rejected_naming_the_field(field, value):
     with pytest.raises(SandboxError, match=f"SandboxLimits.{field}"):
         SandboxLimits(**{field: value})

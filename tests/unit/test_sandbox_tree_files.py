@@ -25,10 +25,17 @@ def outside(tmp_path):
     return target
 
 
-@pytest.mark.parametrize("path, reason", [
-    ("", "non-empty"), ("/etc/passwd", "relative"), ("../x", "'..'"), ("pkg/../../x", "'..'"),
-    (".", "working tree itself"), ("a\0b", "non-empty string"),
-])
+@pytest.mark.parametrize(
+    "path, reason",
+    [
+        ("", "non-empty"),
+        ("/etc/passwd", "relative"),
+        ("../x", "'..'"),
+        ("pkg/../../x", "'..'"),
+        (".", "working tree itself"),
+        ("a\0b", "non-empty string"),
+    ],
+)
 def test_paths_that_escape_by_spelling_are_rejected(path, reason):
     with pytest.raises(SandboxError, match=reason):
         check_relative_path(path)

@@ -78,9 +78,21 @@ def test_empty_or_garbage_patch_touches_nothing():
 @pytest.mark.parametrize(
     "path",
     [
-        "tests/test_mod.py", "tests/helpers.py", "pkg/tests/data.json", "test/x.py", "test_mod.py",
-        "pkg/mod_test.py", "app/tests.py", "conftest.py", "pkg/conftest.py", "pytest.ini", ".pytest.ini",
-        "tox.ini", "setup.cfg", "pyproject.toml", "sub/pyproject.toml",
+        "tests/test_mod.py",
+        "tests/helpers.py",
+        "pkg/tests/data.json",
+        "test/x.py",
+        "test_mod.py",
+        "pkg/mod_test.py",
+        "app/tests.py",
+        "conftest.py",
+        "pkg/conftest.py",
+        "pytest.ini",
+        ".pytest.ini",
+        "tox.ini",
+        "setup.cfg",
+        "pyproject.toml",
+        "sub/pyproject.toml",
     ],
 )
 def test_protected_paths(path):

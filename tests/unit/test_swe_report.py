@@ -23,8 +23,7 @@ def test_report_lists_every_task_once_and_errors_apart():
     assert report["resolved"] == ["a"]
     assert report["unresolved"] == ["b", "c", "d"]
     assert report["errors"] == {"c": "sandbox error: bwrap failed", "zzz": UNKNOWN_INSTANCE}
-    assert report["instances"]["a"] == {"resolved": True, "reason": "all 2 tests pass",
-                                        "tests": {"t::x": True, "t::y": True}}
+    assert report["instances"]["a"] == {"resolved": True, "reason": "all 2 tests pass", "tests": {"t::x": True, "t::y": True}}
     assert report["instances"]["d"]["reason"] == "no prediction"
     assert "zzz" not in report["instances"]
     assert report["resolve_rate"] == 0.25

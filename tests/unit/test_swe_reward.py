@@ -22,7 +22,10 @@ def test_empty_and_tampering_patches_score_zero_without_running_anything():
     value, metadata = score_patch(TASK, TAMPERING)
     assert value == 0.0
     assert metadata == {
-        "instance_id": "demo", "resolved": False, "error": False, "tests": {},
+        "instance_id": "demo",
+        "resolved": False,
+        "error": False,
+        "tests": {},
         "reason": "patch touches tests or test configuration: tests/test_calc.py",
     }
 

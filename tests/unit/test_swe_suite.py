@@ -38,10 +38,7 @@ def test_task_shape(task):
 @pytest.mark.parametrize("task", [t for t in SUITE if t.difficulty == "easy"], ids=lambda task: task.instance_id)
 def test_easy_tasks_are_one_line_fixes_in_a_named_file(task):
     [path] = touched_paths(task.gold_patch)
-    changed_lines = [
-        line for line in task.gold_patch.splitlines()
-        if line[:1] in "+-" and not line.startswith(("+++", "---"))
-    ]
+    changed_lines = [line for line in task.gold_patch.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
     assert len(changed_lines) == 2, changed_lines  # one line out, one line in
     assert path in task.problem_statement.splitlines()[0], "the issue's title names the file"
     assert len(task.files[path].splitlines()) <= 40

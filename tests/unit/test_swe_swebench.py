@@ -14,17 +14,17 @@ SWEBENCH_INSTANCE = {
     "instance_id": "pallets__flask-4045",
     "base_commit": "d8c37f43724cd9fb0870f77877b7c4c7e38a19e0",
     "patch": "diff --git a/src/flask/blueprints.py b/src/flask/blueprints.py\n--- a/src/flask/blueprints.py\n"
-             "+++ b/src/flask/blueprints.py\n@@ -188,6 +188,8 @@\n+        if \".\" in name:\n"
-             "+            raise ValueError(\"'name' may not contain a dot '.' character.\")\n",
+    '+++ b/src/flask/blueprints.py\n@@ -188,6 +188,8 @@\n+        if "." in name:\n'
+    "+            raise ValueError(\"'name' may not contain a dot '.' character.\")\n",
     "test_patch": "diff --git a/tests/test_blueprints.py b/tests/test_blueprints.py\n--- a/tests/test_blueprints.py\n"
-                  "+++ b/tests/test_blueprints.py\n@@ -1,3 +1,8 @@\n+def test_dotted_name_not_allowed(app, client):\n",
+    "+++ b/tests/test_blueprints.py\n@@ -1,3 +1,8 @@\n+def test_dotted_name_not_allowed(app, client):\n",
     "problem_statement": "Raise error when blueprint name contains a dot\n",
     "hints_text": "",
     "created_at": "2021-05-13T21:32:41Z",
     "version": "2.0",
-    "FAIL_TO_PASS": "[\"tests/test_blueprints.py::test_dotted_name_not_allowed\"]",
-    "PASS_TO_PASS": "[\"tests/test_blueprints.py::test_blueprint_specific_error_handling\", "
-                    "\"tests/test_blueprints.py::test_route_decorator_custom_endpoint[True]\"]",
+    "FAIL_TO_PASS": '["tests/test_blueprints.py::test_dotted_name_not_allowed"]',
+    "PASS_TO_PASS": '["tests/test_blueprints.py::test_blueprint_specific_error_handling", '
+    '"tests/test_blueprints.py::test_route_decorator_custom_endpoint[True]"]',
     "environment_setup_commit": "4346498c85848c53843b810537b83a8f6124c9d3",
 }
 

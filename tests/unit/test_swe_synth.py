@@ -1,4 +1,5 @@
 """Synthesized SWE tasks and gold patches written as tool calls."""
+
 from __future__ import annotations
 
 import sys

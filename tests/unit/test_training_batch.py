@@ -42,8 +42,7 @@ def test_response_token_is_scored_from_the_position_before_it():
 
 
 def test_columns_start_at_the_first_position_that_predicts_a_response_token():
-    batch = pack_samples([Sample(prompt_ids=[1, 2, 3, 4], response_ids=[5, 6]),
-                          Sample(prompt_ids=[7, 8, 9], response_ids=[10])])
+    batch = pack_samples([Sample(prompt_ids=[1, 2, 3, 4], response_ids=[5, 6]), Sample(prompt_ids=[7, 8, 9], response_ids=[10])])
     assert batch.first_column == 2  # shortest prompt (3 tokens) - 1
     assert batch.targets.tolist() == [[4, 5, 6], [10, 0, 0]]
     assert batch.loss_mask.tolist() == [[0, 1, 1], [1, 0, 0]]

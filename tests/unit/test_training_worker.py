@@ -1,4 +1,5 @@
 """TrainWorker in-process, as a 1-rank gloo group, on the tiny model."""
+
 from __future__ import annotations
 
 import math
@@ -157,7 +158,7 @@ def test_supervised_step_lowers_the_nll_of_its_samples_and_leaves_the_rl_schedul
             ids = torch.tensor([sample.prompt_ids + sample.response_ids])
             logp = torch.log_softmax(worker.model(input_ids=ids).logits[0, :-1], -1)
             targets = ids[0, 1:]
-            picked = logp[torch.arange(len(targets)), targets][len(sample.prompt_ids) - 1:]
+            picked = logp[torch.arange(len(targets)), targets][len(sample.prompt_ids) - 1 :]
             mask = torch.tensor(sample.loss_mask, dtype=torch.bool)
             nll, count = nll - float(picked[mask].sum()), count + int(mask.sum())
     after = worker.supervised_step(samples, lr=1e-12)
@@ -243,13 +244,25 @@ def test_interpolate_with_mini_batches_needs_no_extra_forward(make_worker, monke
 @pytest.mark.parametrize(
     ("algo", "policy_version", "missing", "message"),
     [
-        (AlgorithmConfig(proximal="behaviour"), None, "response_logprobs",
-         "algorithm.proximal=behaviour needs the rollout logprobs of every sample; sample 3 has none"),
-        (AlgorithmConfig(is_level="sequence"), None, "response_logprobs",
-         "algorithm.is_level=sequence needs the rollout logprobs of every sample; sample 3 has none"),
+        (
+            AlgorithmConfig(proximal="behaviour"),
+            None,
+            "response_logprobs",
+            "algorithm.proximal=behaviour needs the rollout logprobs of every sample; sample 3 has none",
+        ),
+        (
+            AlgorithmConfig(is_level="sequence"),
+            None,
+            "response_logprobs",
+            "algorithm.is_level=sequence needs the rollout logprobs of every sample; sample 3 has none",
+        ),
         (AlgorithmConfig(proximal="interpolate"), None, "", "algorithm.proximal=interpolate needs train_step's policy_version"),
-        (AlgorithmConfig(proximal="interpolate"), 1, "weight_versions",
-         "algorithm.proximal=interpolate needs the weight versions of every sample; sample 3 has none"),
+        (
+            AlgorithmConfig(proximal="interpolate"),
+            1,
+            "weight_versions",
+            "algorithm.proximal=interpolate needs the weight versions of every sample; sample 3 has none",
+        ),
     ],
 )
 def test_off_policy_settings_name_what_a_sample_lacks(algo, policy_version, missing, message):

@@ -10,8 +10,10 @@ from loongsage.transfer.transports import PACKERS
 
 
 def named(*shapes_and_dtypes):
-    return [(f"p{i}", torch.arange(torch.Size(shape).numel(), dtype=torch.float32).reshape(shape).to(dtype))
-            for i, (shape, dtype) in enumerate(shapes_and_dtypes)]
+    return [
+        (f"p{i}", torch.arange(torch.Size(shape).numel(), dtype=torch.float32).reshape(shape).to(dtype))
+        for i, (shape, dtype) in enumerate(shapes_and_dtypes)
+    ]
 
 
 def test_buckets_respect_the_budget_and_keep_order():
@@ -68,6 +70,9 @@ def test_shared_memory_refuses_engines_on_other_machines_before_sending():
     here = "10.0.0.1"
     check_reach("shm", ["http://127.0.0.1:3000", "http://localhost:3001", f"http://{here}:3002"], here)
     check_reach("inline", ["http://10.0.0.2:3000"], here)  # over HTTP: any machine
-    with pytest.raises(ValueError, match=r"weight_sync_transport=shm .* http://10.0.0.2:3000 are on other machines: "
-                                         r"set trainer.weight_sync_transport=inline"):
+    with pytest.raises(
+        ValueError,
+        match=r"weight_sync_transport=shm .* http://10.0.0.2:3000 are on other machines: "
+        r"set trainer.weight_sync_transport=inline",
+    ):
         check_reach("shm", ["http://127.0.0.1:3000", "http://10.0.0.2:3000"], here)

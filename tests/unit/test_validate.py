@@ -26,8 +26,16 @@ def test_band_is_symmetric_and_narrows_with_more_samples():
 def reference(rewards):
     center, low, high = make_band([rewards], samples_per_step=64, window=5, z=3.0, floor=0.05)
     steps = list(range(1, len(rewards) + 1))
-    return {"recipe": "r", "tag": "rollout/reward_mean", "steps": steps, "window": 5, "min_inside_frac": 0.9,
-            "center": center, "low": low, "high": high}
+    return {
+        "recipe": "r",
+        "tag": "rollout/reward_mean",
+        "steps": steps,
+        "window": 5,
+        "min_inside_frac": 0.9,
+        "center": center,
+        "low": low,
+        "high": high,
+    }
 
 
 def test_band_widens_by_the_spread_between_recorded_seeds():
@@ -65,8 +73,9 @@ def write_run(run_dir, rewards):
 
 
 def run_validate(*args):
-    return subprocess.run([sys.executable, "-m", "validate", *map(str, args)], cwd=REPO_ROOT, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "validate", *map(str, args)], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_cli_records_then_checks_real_tensorboard_files(tmp_path):

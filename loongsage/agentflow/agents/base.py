@@ -4,6 +4,7 @@ An agent solves one task through an OpenAI-compatible endpoint. It never sees th
 bookkeeping: the router behind `base_url` records every turn for training, so the same agent
 code runs under RL, in evaluation, or against any hosted model.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -5,6 +5,7 @@ is the workspace tree); it only learns where the model is through its command li
 usual environment variables. The router behind the URL attributes and records every call, so
 nothing of the program's own bookkeeping is needed for training.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,18 @@ from pathlib import Path
 from loongsage.agentflow.agents.base import AgentResult, AgentTask, Endpoint
 from loongsage.agentflow.agents.tools import truncate_middle
 
-PLACEHOLDERS = ("base_url", "api_key", "model", "workdir", "prompt", "prompt_file", "instance_id", "sandbox", "scratch",
-                "system_prompt")
+PLACEHOLDERS = (
+    "base_url",
+    "api_key",
+    "model",
+    "workdir",
+    "prompt",
+    "prompt_file",
+    "instance_id",
+    "sandbox",
+    "scratch",
+    "system_prompt",
+)
 
 
 @dataclass(frozen=True)
@@ -48,16 +59,28 @@ class BlackBoxAgent:
         with tempfile.TemporaryDirectory(prefix="loongsage-agent-") as scratch:
             prompt_file = Path(scratch) / "task.md"
             prompt_file.write_text(task.prompt)
-            values = {"base_url": endpoint.base_url, "api_key": endpoint.api_key, "model": endpoint.model,
-                      "workdir": str(task.sandbox.root) if task.sandbox is not None else scratch,
-                      "prompt": task.prompt, "prompt_file": str(prompt_file), "instance_id": task.instance_id,
-                      "sandbox": json.dumps(task.sandbox.handle()) if task.sandbox is not None else "null",
-                      "scratch": scratch, "system_prompt": task.system_prompt or ""}
+            values = {
+                "base_url": endpoint.base_url,
+                "api_key": endpoint.api_key,
+                "model": endpoint.model,
+                "workdir": str(task.sandbox.root) if task.sandbox is not None else scratch,
+                "prompt": task.prompt,
+                "prompt_file": str(prompt_file),
+                "instance_id": task.instance_id,
+                "sandbox": json.dumps(task.sandbox.handle()) if task.sandbox is not None else "null",
+                "scratch": scratch,
+                "system_prompt": task.system_prompt or "",
+            }
             argv = [_fill(arg, values) for arg in self.config.command]
-            env = {**os.environ, **self.config.env,
-                   "OPENAI_BASE_URL": endpoint.base_url, "OPENAI_API_KEY": endpoint.api_key,
-                   "OPENAI_API_BASE": endpoint.base_url, "LOONGSAGE_MODEL": endpoint.model,
-                   "HOME": scratch}
+            env = {
+                **os.environ,
+                **self.config.env,
+                "OPENAI_BASE_URL": endpoint.base_url,
+                "OPENAI_API_KEY": endpoint.api_key,
+                "OPENAI_API_BASE": endpoint.base_url,
+                "LOONGSAGE_MODEL": endpoint.model,
+                "HOME": scratch,
+            }
             result = self._run(argv, values["workdir"], env)
         if task.sandbox is not None:
             result.patch = task.sandbox.diff()
@@ -66,8 +89,15 @@ class BlackBoxAgent:
     def _run(self, argv: list[str], cwd: str, env: dict[str, str]) -> AgentResult:
         start = time.monotonic()
         try:
-            process = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, start_new_session=True)
+            process = subprocess.Popen(
+                argv,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         except OSError as exc:
             return AgentResult(exit_status="error", error=f"cannot start {argv[0]!r}: {exc}")
         try:
@@ -76,8 +106,11 @@ class BlackBoxAgent:
             # The whole session: agents spawn shells and tools of their own.
             os.killpg(process.pid, signal.SIGKILL)
             output, _ = process.communicate()
-            return AgentResult(exit_status="error", error=f"timed out after {self.config.timeout_s:.0f} s",
-                               log=[_tail(output, self.config.max_log_chars)])
+            return AgentResult(
+                exit_status="error",
+                error=f"timed out after {self.config.timeout_s:.0f} s",
+                log=[_tail(output, self.config.max_log_chars)],
+            )
         finally:
             _kill_leftovers(process.pid)
         log = [_tail(output, self.config.max_log_chars), f"exit code {process.returncode} after {time.monotonic() - start:.1f} s"]
@@ -91,8 +124,9 @@ def _fill(arg: str, values: dict[str, str]) -> str:
         return arg.format(**values)
     except (KeyError, IndexError) as exc:
         known = ", ".join("{" + p + "}" for p in PLACEHOLDERS)
-        raise ValueError(f"agent.command argument {arg!r}: unknown placeholder {exc} "
-                         f"(known: {known}; write {{{{ }}}} for a literal brace)") from None
+        raise ValueError(
+            f"agent.command argument {arg!r}: unknown placeholder {exc} (known: {known}; write {{{{ }}}} for a literal brace)"
+        ) from None
 
 
 def _tail(output: bytes, limit: int) -> str:

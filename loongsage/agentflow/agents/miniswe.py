@@ -5,6 +5,7 @@ router's per-trajectory URL (litellm's `openai/` provider). Its bash actions run
 task's sandbox: mini-swe-agent takes an environment class by import path, and
 `SandboxEnvironment` below is that class, attached to the sandbox the framework created.
 """
+
 from __future__ import annotations
 
 import platform
@@ -20,9 +21,14 @@ from loongsage.agentflow.sandbox import attach_sandbox
 SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
 
-def mini_swe_agent(step_limit: int = 10, max_tokens: int | None = None, config: str = "mini.yaml",
-                   timeout_s: float = 900.0, command_timeout_s: int = 60,
-                   extra_config: tuple[str, ...] = ()) -> BlackBoxAgent:
+def mini_swe_agent(
+    step_limit: int = 10,
+    max_tokens: int | None = None,
+    config: str = "mini.yaml",
+    timeout_s: float = 900.0,
+    command_timeout_s: int = 60,
+    extra_config: tuple[str, ...] = (),
+) -> BlackBoxAgent:
     """A BlackBoxAgent running the `mini` CLI non-interactively against the trajectory's URL.
     `extra_config`: more of mini-swe-agent's own `--config key=value` specs.
 
@@ -37,18 +43,34 @@ def mini_swe_agent(step_limit: int = 10, max_tokens: int | None = None, config: 
     if mini is None:
         raise ValueError("agent mini_swe_agent: the `mini` command is missing; pip install mini-swe-agent")
     command = [
-        mini, "--yolo", "--exit-immediately", "--model", "openai/{model}", "--task", "{prompt}",
-        "--config", config,
-        "--config", "model.model_kwargs.api_base={base_url}",
-        "--config", "model.model_kwargs.api_key={api_key}",
-        "--config", "model.cost_tracking=ignore_errors",
-        "--config", f"agent.step_limit={step_limit}",
-        "--config", "agent.cost_limit=0",
-        "--environment-class", f"{__name__}.SandboxEnvironment",
-        "--config", "environment.sandbox={sandbox}",
-        "--config", f"environment.timeout={command_timeout_s}",
+        mini,
+        "--yolo",
+        "--exit-immediately",
+        "--model",
+        "openai/{model}",
+        "--task",
+        "{prompt}",
+        "--config",
+        config,
+        "--config",
+        "model.model_kwargs.api_base={base_url}",
+        "--config",
+        "model.model_kwargs.api_key={api_key}",
+        "--config",
+        "model.cost_tracking=ignore_errors",
+        "--config",
+        f"agent.step_limit={step_limit}",
+        "--config",
+        "agent.cost_limit=0",
+        "--environment-class",
+        f"{__name__}.SandboxEnvironment",
+        "--config",
+        "environment.sandbox={sandbox}",
+        "--config",
+        f"environment.timeout={command_timeout_s}",
         *[part for spec in extra_config for part in ("--config", spec)],
-        "--output", "{scratch}/trajectory.json",
+        "--output",
+        "{scratch}/trajectory.json",
     ]
     # MSWEA_CONFIGURED skips its first-run setup prompt; no colour codes in our logs.
     env = {"MSWEA_CONFIGURED": "true", "NO_COLOR": "1", "LITELLM_LOG": "ERROR"}
@@ -69,8 +91,11 @@ class SandboxEnvironment:
     def execute(self, action: dict, cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
         command = action.get("command", "")
         result = self.sandbox.exec(command, timeout_s=timeout or self.timeout, cwd=cwd or self.cwd, env=self.env)
-        output = {"output": result.stdout + result.stderr, "returncode": result.exit_code
-                  if result.exit_code is not None else -1, "exception_info": ""}
+        output = {
+            "output": result.stdout + result.stderr,
+            "returncode": result.exit_code if result.exit_code is not None else -1,
+            "exception_info": "",
+        }
         if result.timed_out:
             output["exception_info"] = f"the command timed out after {timeout or self.timeout} s and was killed"
         self._raise_if_submitted(output)
@@ -82,12 +107,19 @@ class SandboxEnvironment:
             from minisweagent.exceptions import Submitted  # only ever runs inside mini-swe-agent
 
             submission = "".join(lines[1:])
-            raise Submitted({"role": "exit", "content": submission,
-                             "extra": {"exit_status": "Submitted", "submission": submission}})
+            raise Submitted(
+                {"role": "exit", "content": submission, "extra": {"exit_status": "Submitted", "submission": submission}}
+            )
 
     def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
         return {**platform.uname()._asdict(), "cwd": self.sandbox.workdir, "timeout": self.timeout, **kwargs}
 
     def serialize(self) -> dict:
-        return {"info": {"config": {"environment": {"backend": self.sandbox.backend, "timeout": self.timeout},
-                                    "environment_type": f"{__name__}.{type(self).__name__}"}}}
+        return {
+            "info": {
+                "config": {
+                    "environment": {"backend": self.sandbox.backend, "timeout": self.timeout},
+                    "environment_type": f"{__name__}.{type(self).__name__}",
+                }
+            }
+        }

@@ -4,6 +4,7 @@ It talks to the model only through an OpenAI-compatible endpoint with the offici
 client, exactly as a third-party agent would, so what the router records for training is what
 any agent would produce.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,16 +52,18 @@ class ToolAgent:
 
     def run(self, task: AgentTask, endpoint: Endpoint) -> AgentResult:
         cfg = self.config
-        client = openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key,
-                               timeout=cfg.request_timeout_s, max_retries=0)
+        client = openai.OpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key, timeout=cfg.request_timeout_s, max_retries=0)
         messages = self._opening(task)
         result = AgentResult(exit_status="max_turns")
         try:
             for turn in range(cfg.max_turns):
                 result.turns = turn + 1
                 response = client.chat.completions.create(
-                    model=endpoint.model, messages=messages, tools=self.tool_schemas,
-                    **request_sampling(cfg.max_tokens, cfg.temperature, cfg.top_p, cfg.top_k))
+                    model=endpoint.model,
+                    messages=messages,
+                    tools=self.tool_schemas,
+                    **request_sampling(cfg.max_tokens, cfg.temperature, cfg.top_p, cfg.top_k),
+                )
                 message = response.choices[0].message
                 messages.append(_assistant_message(message))
                 result.log.append(_summary(message))
@@ -84,13 +87,25 @@ class ToolAgent:
         for number, call in enumerate(calls):
             arguments = json.dumps(call.get("arguments", {}), ensure_ascii=False)
             call_id = f"call_demo_{number}"
-            messages.append({"role": "assistant", "content": "", "tool_calls": [
-                {"id": call_id, "type": "function", "function": {"name": call["name"], "arguments": arguments}}]})
+            messages.append(
+                {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {"id": call_id, "type": "function", "function": {"name": call["name"], "arguments": arguments}}
+                    ],
+                }
+            )
             outcome = run_tool(call["name"], arguments, task.sandbox, self.config.command_timeout_s)
             if outcome.submitted:
                 break
-            messages.append({"role": "tool", "tool_call_id": call_id,
-                             "content": truncate_middle(outcome.text, self.config.max_tool_output_chars)})
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call_id,
+                    "content": truncate_middle(outcome.text, self.config.max_tool_output_chars),
+                }
+            )
         return {"messages": messages, "tools": self.tool_schemas}
 
     def _out_of_budget(self, total_tokens: int) -> bool:
@@ -113,8 +128,13 @@ class ToolAgent:
             return False
         for call in message.tool_calls:
             outcome = run_tool(call.function.name, call.function.arguments, task.sandbox, self.config.command_timeout_s)
-            messages.append({"role": "tool", "tool_call_id": call.id,
-                             "content": truncate_middle(outcome.text, self.config.max_tool_output_chars)})
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call.id,
+                    "content": truncate_middle(outcome.text, self.config.max_tool_output_chars),
+                }
+            )
             if outcome.submitted:
                 result.exit_status, result.answer = "submitted", outcome.answer
                 return True
@@ -126,8 +146,7 @@ def _assistant_message(message) -> dict:
     out: dict = {"role": "assistant", "content": message.content}
     if message.tool_calls:
         out["tool_calls"] = [
-            {"id": call.id, "type": "function",
-             "function": {"name": call.function.name, "arguments": call.function.arguments}}
+            {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": call.function.arguments}}
             for call in message.tool_calls
         ]
     return out

@@ -4,6 +4,7 @@ Every failure a model can cause (unknown tool, arguments that are not JSON, a mi
 ambiguous edit, a command that times out) comes back as the tool's text result, so the model
 sees what went wrong and the episode goes on; nothing here raises into the agent loop.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,24 +13,54 @@ from dataclasses import dataclass
 from loongsage.agentflow.sandbox import Sandbox
 
 TOOL_SCHEMAS = [
-    {"type": "function", "function": {
-        "name": "bash", "description": "Run a bash command in the repository and return its output.",
-        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}},
-    {"type": "function", "function": {
-        "name": "read_file", "description": "Return the content of a file (path relative to the repository).",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}},
-    {"type": "function", "function": {
-        "name": "write_file", "description": "Create or overwrite a file with the given content.",
-        "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-                       "required": ["path", "content"]}}},
-    {"type": "function", "function": {
-        "name": "str_replace", "description": "Replace the one occurrence of old_str in a file by new_str.",
-        "parameters": {"type": "object", "properties": {
-            "path": {"type": "string"}, "old_str": {"type": "string"}, "new_str": {"type": "string"}},
-            "required": ["path", "old_str", "new_str"]}}},
-    {"type": "function", "function": {
-        "name": "submit", "description": "Finish the task (optionally with a final answer).",
-        "parameters": {"type": "object", "properties": {"answer": {"type": "string"}}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a bash command in the repository and return its output.",
+            "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "description": "Return the content of a file (path relative to the repository).",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "description": "Create or overwrite a file with the given content.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                "required": ["path", "content"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "str_replace",
+            "description": "Replace the one occurrence of old_str in a file by new_str.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "old_str": {"type": "string"}, "new_str": {"type": "string"}},
+                "required": ["path", "old_str", "new_str"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "submit",
+            "description": "Finish the task (optionally with a final answer).",
+            "parameters": {"type": "object", "properties": {"answer": {"type": "string"}}},
+        },
+    },
 ]
 TOOL_NAMES = tuple(schema["function"]["name"] for schema in TOOL_SCHEMAS)
 REQUIRED_ARGUMENTS = {s["function"]["name"]: s["function"]["parameters"].get("required", []) for s in TOOL_SCHEMAS}

@@ -8,6 +8,7 @@ ids of every turn (token in, token out) per trajectory.
     ...
     samples = to_samples(router.store.pop("traj-7"))
 """
+
 from loongsage.agentflow.router.chat_format import CHAT_FORMATS, HermesFormat, get_chat_format
 from loongsage.agentflow.router.config import RouterConfig
 from loongsage.agentflow.router.export import to_samples, trajectory_json
@@ -18,6 +19,17 @@ from loongsage.agentflow.router.trajectory import Branch, Trajectory, Turn
 from loongsage.sampling import SamplingDefaults
 
 __all__ = [
-    "CHAT_FORMATS", "Branch", "HermesFormat", "Router", "RouterConfig", "RouterServer", "SamplingDefaults", "Trajectory",
-    "TrajectoryStore", "Turn", "get_chat_format", "to_samples", "trajectory_json",
+    "CHAT_FORMATS",
+    "Branch",
+    "HermesFormat",
+    "Router",
+    "RouterConfig",
+    "RouterServer",
+    "SamplingDefaults",
+    "Trajectory",
+    "TrajectoryStore",
+    "Turn",
+    "get_chat_format",
+    "to_samples",
+    "trajectory_json",
 ]

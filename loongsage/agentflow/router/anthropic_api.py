@@ -11,6 +11,7 @@ Streaming: all events (message_start, content_block_start/delta/stop per block,
 message_delta, message_stop) are sent once generation has finished, since the engines
 answer in one piece.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,8 +51,13 @@ def parse_messages_request(body: Any, model_names: tuple[str, ...]) -> tuple[str
         top_k=in_range(get(body, "top_k", int), 1, INT32_MAX, "top_k"),
         stop=tuple(stop),
     )
-    request = ChatRequest(messages, tools, parse_tool_calls=tool_choice.get("type") != "none",
-                          sampling=sampling, stream=bool(get(body, "stream", bool)))
+    request = ChatRequest(
+        messages,
+        tools,
+        parse_tool_calls=tool_choice.get("type") != "none",
+        sampling=sampling,
+        stream=bool(get(body, "stream", bool)),
+    )
     return model, request
 
 
@@ -96,12 +102,17 @@ def _messages(raw: Any, path: str) -> list[Message]:
             texts.append(get(block, "text", str, block_path, required=True))
         elif kind == "tool_use" and role == "assistant":
             arguments = get(block, "input", dict, block_path) or {}
-            calls.append(ToolCall(get(block, "id", str, block_path) or "",
-                                  get(block, "name", str, block_path, required=True),
-                                  json.dumps(arguments, ensure_ascii=False)))
+            calls.append(
+                ToolCall(
+                    get(block, "id", str, block_path) or "",
+                    get(block, "name", str, block_path, required=True),
+                    json.dumps(arguments, ensure_ascii=False),
+                )
+            )
         elif kind == "tool_result" and role == "user":
-            results.append(Message("tool", _tool_result_text(block, block_path),
-                                   tool_call_id=get(block, "tool_use_id", str, block_path)))
+            results.append(
+                Message("tool", _tool_result_text(block, block_path), tool_call_id=get(block, "tool_use_id", str, block_path))
+            )
         else:
             raise bad_request(f"block type {kind!r} is not supported in a {role} message", join(block_path, "type"))
     text = "\n".join(texts)
@@ -112,8 +123,9 @@ def _messages(raw: Any, path: str) -> list[Message]:
 
 def _tool_result_text(block: dict, path: str) -> str:
     content = block.get("content", "")
-    text = content if isinstance(content, str) else _text_blocks(expect(content, list, join(path, "content")),
-                                                                 join(path, "content"))
+    text = (
+        content if isinstance(content, str) else _text_blocks(expect(content, list, join(path, "content")), join(path, "content"))
+    )
     return ("Error: " + text) if block.get("is_error") is True else text
 
 
@@ -131,6 +143,7 @@ def _tool(raw: Any, path: str) -> dict:
 
 # ---- responses ---------------------------------------------------------------------------
 
+
 def message_json(result: TurnResult, model: str) -> dict:
     return {
         "id": _message_id(),
@@ -140,15 +153,17 @@ def message_json(result: TurnResult, model: str) -> dict:
         "content": _content_blocks(result),
         "stop_reason": _stop_reason(result),
         "stop_sequence": result.stop_sequence,
-        "usage": {"input_tokens": result.prompt_tokens, "output_tokens": result.completion_tokens,
-                  "cache_read_input_tokens": result.cached_tokens},
+        "usage": {
+            "input_tokens": result.prompt_tokens,
+            "output_tokens": result.completion_tokens,
+            "cache_read_input_tokens": result.cached_tokens,
+        },
     }
 
 
 def message_stream(result: TurnResult, model: str) -> Iterator[str]:
     whole = message_json(result, model)
-    start = {**whole, "content": [], "stop_reason": None, "stop_sequence": None,
-             "usage": {**whole["usage"], "output_tokens": 0}}
+    start = {**whole, "content": [], "stop_reason": None, "stop_sequence": None, "usage": {**whole["usage"], "output_tokens": 0}}
     yield _event("message_start", {"type": "message_start", "message": start})
     for index, block in enumerate(whole["content"]):
         if block["type"] == "text":
@@ -159,9 +174,14 @@ def message_stream(result: TurnResult, model: str) -> Iterator[str]:
         yield _event("content_block_start", {"type": "content_block_start", "index": index, "content_block": opening})
         yield _event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
         yield _event("content_block_stop", {"type": "content_block_stop", "index": index})
-    yield _event("message_delta", {"type": "message_delta",
-                                   "delta": {"stop_reason": whole["stop_reason"], "stop_sequence": whole["stop_sequence"]},
-                                   "usage": {"output_tokens": result.completion_tokens}})
+    yield _event(
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": whole["stop_reason"], "stop_sequence": whole["stop_sequence"]},
+            "usage": {"output_tokens": result.completion_tokens},
+        },
+    )
     yield _event("message_stop", {"type": "message_stop"})
 
 

@@ -15,6 +15,7 @@ key, as `Authorization: Bearer <key>` or `x-api-key`: the routes under a traject
 trajectory's own key (`Router.key_for`) or the run's admin key; the others, the admin key.
 Errors are JSON in the style of the API that was called (Anthropic's under /messages).
 """
+
 from __future__ import annotations
 
 import time
@@ -57,8 +58,7 @@ def build_app(router: Router) -> FastAPI:
         return error_response(request, RouterError(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}"))
 
     async def chat_completions(request: Request, trajectory_id: str | None, attempt: str):
-        model, chat = openai_api.parse_chat_completion(await _json_body(request, router.cfg.max_body_bytes),
-                                                       router.model_names)
+        model, chat = openai_api.parse_chat_completion(await _json_body(request, router.cfg.max_body_bytes), router.model_names)
         result = await router.complete(trajectory_id, attempt, chat)
         headers = _turn_headers(trajectory_id, result)
         if chat.stream:
@@ -67,8 +67,9 @@ def build_app(router: Router) -> FastAPI:
         return JSONResponse(openai_api.completion_json(result, model), headers=headers)
 
     async def messages(request: Request, trajectory_id: str | None, attempt: str):
-        model, chat = anthropic_api.parse_messages_request(await _json_body(request, router.cfg.max_body_bytes),
-                                                           router.model_names)
+        model, chat = anthropic_api.parse_messages_request(
+            await _json_body(request, router.cfg.max_body_bytes), router.model_names
+        )
         result = await router.complete(trajectory_id, attempt, chat)
         headers = _turn_headers(trajectory_id, result)
         if chat.stream:

@@ -1,4 +1,5 @@
 """Router settings."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

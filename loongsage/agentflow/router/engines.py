@@ -1,5 +1,6 @@
 """Which engine serves a trajectory: the same one for all its turns, so each turn's prompt
 continues a prefix that engine has cached; a new trajectory goes to the least-loaded engine."""
+
 from __future__ import annotations
 
 from collections import OrderedDict

@@ -1,4 +1,5 @@
 """The one error type of the router: an HTTP status, a message, and the field it is about."""
+
 from __future__ import annotations
 
 

@@ -11,6 +11,7 @@ Two shapes:
   such as -1) keeps min/max-version staleness measures right for consumers that do not look
   at the mask; the mask alone says which positions were sampled.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict
@@ -111,7 +112,9 @@ def _branch_json(trajectory_id: str, branch: Branch) -> dict:
         "attempt": branch.attempt,
         "reason": branch.reason,
         "turns": [_turn_json(t) for t in branch.turns],
-        "sample": None if sample is None else {
+        "sample": None
+        if sample is None
+        else {
             "prompt_ids": sample.prompt_ids,
             "response_ids": sample.response_ids,
             "loss_mask": sample.loss_mask,

@@ -9,6 +9,7 @@ ordinary ids (`step3-g2-m1`) stay readable and unchanged.
 Decoding takes any other character literally, so a hand-written `/trajectories/run.7` still
 finds `run.7`; only a `~` must start an escape.
 """
+
 from __future__ import annotations
 
 import re
@@ -30,9 +31,10 @@ def decode_segment(segment: str, field: str) -> str:
     out, position = bytearray(), 0
     for match in _ESCAPE.finditer(segment):
         if match.group(1) is None:
-            raise bad_request(f"{segment!r}: '~' at {match.start()} must start an escape ~XX "
-                              "(two hex digits of a UTF-8 byte)", field)
-        out += segment[position:match.start()].encode("utf-8", "surrogatepass")
+            raise bad_request(
+                f"{segment!r}: '~' at {match.start()} must start an escape ~XX (two hex digits of a UTF-8 byte)", field
+            )
+        out += segment[position : match.start()].encode("utf-8", "surrogatepass")
         out.append(int(match.group(1), 16))
         position = match.end()
     out += segment[position:].encode("utf-8", "surrogatepass")

@@ -6,6 +6,7 @@ admin key (the controller's, the operator's) can do everything. Trajectory keys 
 of the id under the admin key, so they need no table, survive any number of episodes, and
 cannot be guessed from another trajectory's key.
 """
+
 from __future__ import annotations
 
 import base64
@@ -23,8 +24,9 @@ class Keys:
         self._secret = admin_key.encode()
 
     def for_trajectory(self, trajectory_id: str) -> str:
-        digest = hmac.new(self._secret, b"loongsage-trajectory\0" + trajectory_id.encode("utf-8", "surrogatepass"),
-                          hashlib.sha256).digest()
+        digest = hmac.new(
+            self._secret, b"loongsage-trajectory\0" + trajectory_id.encode("utf-8", "surrogatepass"), hashlib.sha256
+        ).digest()
         return _TRAJECTORY_KEY_PREFIX + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
     def check(self, given: str, trajectory_id: str | None = None) -> None:

@@ -3,6 +3,7 @@
 Both wire formats are validated and converted into these types; the chat format, the
 token-in/token-out bookkeeping and the engine call only ever see them.
 """
+
 from __future__ import annotations
 
 import json

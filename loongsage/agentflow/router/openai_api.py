@@ -16,6 +16,7 @@ parallel_tool_calls, ...) do not affect sampling and are ignored.
 Streaming: the engines answer `/generate` in one piece, so the chunks (role, content, one
 delta per tool call, finish, usage) are all sent once generation has finished.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,20 +67,20 @@ def parse_chat_completion(body: Any, model_names: tuple[str, ...]) -> tuple[str,
 def _refuse_unsupported(body: dict) -> None:
     n = get(body, "n", int)
     if n is not None and n != 1:
-        raise bad_request(f"n={n} is not supported: the router returns one choice per request; "
-                          "send n requests instead", "n")
+        raise bad_request(f"n={n} is not supported: the router returns one choice per request; send n requests instead", "n")
     for penalty in ("frequency_penalty", "presence_penalty"):
         if get(body, penalty, float):
             raise bad_request(f"{penalty} is not supported by the engines; leave it 0", penalty)
     if get(body, "logit_bias", dict):
         raise bad_request("logit_bias is not supported by the engines", "logit_bias")
     if get(body, "top_logprobs", int):
-        raise bad_request("top_logprobs is not supported; logprobs=true returns the sampled tokens' logprobs",
-                          "top_logprobs")
+        raise bad_request("top_logprobs is not supported; logprobs=true returns the sampled tokens' logprobs", "top_logprobs")
     response_format = get(body, "response_format", dict)
     if response_format and response_format.get("type", "text") != "text":
-        raise bad_request(f"response_format type {response_format.get('type')!r} is not supported: "
-                          "the router cannot constrain decoding", "response_format.type")
+        raise bad_request(
+            f"response_format type {response_format.get('type')!r} is not supported: the router cannot constrain decoding",
+            "response_format.type",
+        )
 
 
 def _message(raw: Any, path: str) -> Message:
@@ -89,11 +90,12 @@ def _message(raw: Any, path: str) -> Message:
         raise bad_request(f"unknown role {role!r} (expected one of {', '.join(ROLE_ALIASES)})", join(path, "role"))
     role = ROLE_ALIASES[role]
     content = _content(raw.get("content"), join(path, "content"), nullable=role == "assistant")
-    tool_calls = tuple(
-        _tool_call(c, join(join(path, "tool_calls"), i)) for i, c in enumerate(get(raw, "tool_calls", list, path) or [])
-    ) if role == "assistant" else ()
-    return Message(role, content, tool_calls, tool_call_id=get(raw, "tool_call_id", str, path),
-                   name=get(raw, "name", str, path))
+    tool_calls = (
+        tuple(_tool_call(c, join(join(path, "tool_calls"), i)) for i, c in enumerate(get(raw, "tool_calls", list, path) or []))
+        if role == "assistant"
+        else ()
+    )
+    return Message(role, content, tool_calls, tool_call_id=get(raw, "tool_call_id", str, path), name=get(raw, "name", str, path))
 
 
 def _content(value: Any, path: str, nullable: bool) -> str:
@@ -126,8 +128,7 @@ def _tool_call(raw: Any, path: str) -> ToolCall:
     if isinstance(arguments, dict):  # lenient: some agents send the object itself
         arguments = json.dumps(arguments, ensure_ascii=False)
     expect(arguments, str, join(function_path, "arguments"))
-    return ToolCall(get(raw, "id", str, path) or "", get(function, "name", str, function_path, required=True),
-                    arguments)
+    return ToolCall(get(raw, "id", str, path) or "", get(function, "name", str, function_path, required=True), arguments)
 
 
 def _tool(raw: Any, path: str) -> dict:
@@ -150,8 +151,7 @@ def _tool_choice(value: Any) -> str:
         return value or "auto"
     if isinstance(value, dict) and value.get("type") in ("function", "allowed_tools", "custom"):
         return "named"
-    raise bad_request(f"tool_choice must be 'auto', 'none', 'required' or a named function, got {value!r}",
-                      "tool_choice")
+    raise bad_request(f"tool_choice must be 'auto', 'none', 'required' or a named function, got {value!r}", "tool_choice")
 
 
 def _sampling(body: dict) -> Sampling:
@@ -183,6 +183,7 @@ def _top_k(value: int | None) -> int | None:
 
 # ---- responses ---------------------------------------------------------------------------
 
+
 def completion_json(result: TurnResult, model: str) -> dict:
     return {
         "id": _completion_id(),
@@ -190,19 +191,26 @@ def completion_json(result: TurnResult, model: str) -> dict:
         "created": int(time.time()),
         "model": model,
         "system_fingerprint": None,
-        "choices": [{
-            "index": 0,
-            "message": _message_json(result),
-            "logprobs": _logprobs_json(result),
-            "finish_reason": result.finish_reason,
-        }],
+        "choices": [
+            {
+                "index": 0,
+                "message": _message_json(result),
+                "logprobs": _logprobs_json(result),
+                "finish_reason": result.finish_reason,
+            }
+        ],
         "usage": _usage_json(result),
     }
 
 
 def completion_stream(result: TurnResult, model: str, include_usage: bool) -> Iterator[str]:
-    base = {"id": _completion_id(), "object": "chat.completion.chunk", "created": int(time.time()),
-            "model": model, "system_fingerprint": None}
+    base = {
+        "id": _completion_id(),
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": None,
+    }
     if include_usage:
         base["usage"] = None
 
@@ -214,8 +222,18 @@ def completion_stream(result: TurnResult, model: str, include_usage: bool) -> It
     if result.content:
         yield chunk({"content": result.content}, logprobs=_logprobs_json(result))
     for index, call in enumerate(result.tool_calls):
-        yield chunk({"tool_calls": [{"index": index, "id": call.id, "type": "function",
-                                     "function": {"name": call.name, "arguments": call.arguments}}]})
+        yield chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": index,
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    }
+                ]
+            }
+        )
     yield chunk({}, result.finish_reason)
     if include_usage:
         yield _sse({**base, "choices": [], "usage": _usage_json(result)})
@@ -223,24 +241,22 @@ def completion_stream(result: TurnResult, model: str, include_usage: bool) -> It
 
 
 def models_json(model_names: tuple[str, ...], created: int) -> dict:
-    return {"object": "list",
-            "data": [{"id": name, "object": "model", "created": created, "owned_by": "loongsage"}
-                     for name in model_names]}
+    return {
+        "object": "list",
+        "data": [{"id": name, "object": "model", "created": created, "owned_by": "loongsage"} for name in model_names],
+    }
 
 
 def error_json(error: RouterError) -> dict:
     codes = {401: "invalid_api_key", 404: "model_not_found" if error.param == "model" else "not_found"}
-    return {"error": {"message": error.message, "type": error.kind, "param": error.param,
-                      "code": codes.get(error.status)}}
+    return {"error": {"message": error.message, "type": error.kind, "param": error.param, "code": codes.get(error.status)}}
 
 
 def _message_json(result: TurnResult) -> dict:
-    message: dict = {"role": "assistant", "content": result.content or (None if result.tool_calls else ""),
-                     "refusal": None}
+    message: dict = {"role": "assistant", "content": result.content or (None if result.tool_calls else ""), "refusal": None}
     if result.tool_calls:
         message["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in result.tool_calls
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in result.tool_calls
         ]
     return message
 
@@ -248,10 +264,13 @@ def _message_json(result: TurnResult) -> dict:
 def _logprobs_json(result: TurnResult) -> dict | None:
     if not result.token_logprobs:
         return None
-    return {"content": [
-        {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8")), "top_logprobs": []}
-        for token, logprob in result.token_logprobs
-    ], "refusal": None}
+    return {
+        "content": [
+            {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8")), "top_logprobs": []}
+            for token, logprob in result.token_logprobs
+        ],
+        "refusal": None,
+    }
 
 
 def _usage_json(result: TurnResult) -> dict:

@@ -1,4 +1,5 @@
 """The router on its own thread (uvicorn)."""
+
 from __future__ import annotations
 
 from loongsage.agentflow.router.app import build_app

@@ -2,6 +2,7 @@
 
 Both HTTP front ends call `Router.complete`; nothing here knows about a wire format.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -61,8 +62,11 @@ class Router:
         if generation.finish.get("type") == "abort" and not generation.output_ids:
             # Aborted on every resume before its first token: an answer to pass on would be an empty
             # success the agent cannot tell from a real (empty) reply.
-            raise RouterError(503, f"engine {engine.base_url} aborted the request {len(generation.rids)} time(s) "
-                                   f"before it produced a token ({generation.finish.get('message', 'no reason given')})")
+            raise RouterError(
+                503,
+                f"engine {engine.base_url} aborted the request {len(generation.rids)} time(s) "
+                f"before it produced a token ({generation.finish.get('message', 'no reason given')})",
+            )
         parse = self.chat_format.parse_assistant if request.parse_tool_calls and request.tools else None
         turn, matched_stop = make_turn(plan, generation, self._decode, parse, engine.base_url)
         if trajectory_id is not None and existing is None:
@@ -97,8 +101,12 @@ class Router:
             plan = trajectory.plan(rendered, "demonstration", self._tokenize)
             text = assistant_text(message) if message.tool_calls else message.content
             ids = self._tokenize(text) + [end_of_turn]
-            generation = Generation(output_ids=ids, logprobs=[0.0] * len(ids), versions=[UNVERSIONED] * len(ids),
-                                    finish={"type": "stop", "matched": end_of_turn})
+            generation = Generation(
+                output_ids=ids,
+                logprobs=[0.0] * len(ids),
+                versions=[UNVERSIONED] * len(ids),
+                finish={"type": "stop", "matched": end_of_turn},
+            )
             turn, _ = make_turn(plan, generation, self._decode, self.chat_format.parse_assistant if request.tools else None)
             trajectory.record(plan, "demonstration", turn)
         return trajectory
@@ -114,15 +122,16 @@ class Router:
         room = limit - prompt_tokens
         if asked is None:
             if room <= 0:
-                raise bad_request(f"the messages take {prompt_tokens} tokens; the context limit is {limit}",
-                                  "messages")
+                raise bad_request(f"the messages take {prompt_tokens} tokens; the context limit is {limit}", "messages")
             # The run's default is not the agent's ask: near the context limit it shrinks to what
             # fits instead of failing a request that never named a length.
             return min(self.cfg.sampling.max_new_tokens, room)
         if asked > room:
             raise bad_request(
                 f"this model's context limit is {limit} tokens: the messages take {prompt_tokens} and "
-                f"max_tokens asks for {asked} more ({prompt_tokens + asked})", "max_tokens")
+                f"max_tokens asks for {asked} more ({prompt_tokens + asked})",
+                "max_tokens",
+            )
         return asked
 
     async def _context_limit(self, engine: EngineClient) -> int:
@@ -151,9 +160,14 @@ class Router:
 def _sampling_params(s: Sampling, run: SamplingDefaults) -> dict:
     """The engine's sampling params: what the request set, else the run's sampling block (one
     block for single completions and agent episodes alike, white-box or black-box)."""
-    params = {"temperature": _either(s.temperature, run.temperature), "top_p": _either(s.top_p, run.top_p),
-              "top_k": _either(s.top_k, run.top_k), "sampling_seed": s.seed,
-              "stop": list(s.stop) or None, "ignore_eos": s.ignore_eos}
+    params = {
+        "temperature": _either(s.temperature, run.temperature),
+        "top_p": _either(s.top_p, run.top_p),
+        "top_k": _either(s.top_k, run.top_k),
+        "sampling_seed": s.seed,
+        "stop": list(s.stop) or None,
+        "ignore_eos": s.ignore_eos,
+    }
     return {k: v for k, v in params.items() if v is not None}
 
 

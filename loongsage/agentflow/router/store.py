@@ -1,4 +1,5 @@
 """Trajectories by id, shared between the router's event loop and the controller's thread."""
+
 from __future__ import annotations
 
 import threading

@@ -14,10 +14,11 @@ which ids an edited history "meant".
 
 Pure bookkeeping: no HTTP, no engine, no tokenizer (a `tokenize` callable is passed in).
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from loongsage.agentflow.router.messages import Message, assistant_key
 
@@ -102,7 +103,7 @@ class Trajectory:
         if branch is None:
             return PromptPlan(tokenize(rendered), rendered, None, 0, 0, self._why_new_branch(rendered, attempt))
         tip = branch.turns[-1]
-        remainder = rendered[len(tip.tip_text):]
+        remainder = rendered[len(tip.tip_text) :]
         ids = tip.tip_ids + (tokenize(remainder) if remainder else [])
         return PromptPlan(ids, rendered, branch, len(branch.turns), len(tip.tip_ids), "")
 
@@ -143,9 +144,11 @@ class Trajectory:
             return f"first request of attempt {attempt}"
         tip_text = latest.turns[-1].tip_text
         at = _common_prefix_length(rendered, tip_text)
-        return (f"history does not extend branch {latest.index} (rewritten, truncated or edited): "
-                f"differs at character {at}, expected {tip_text[at:at + SNIPPET_CHARS]!r}, "
-                f"got {rendered[at:at + SNIPPET_CHARS]!r}")
+        return (
+            f"history does not extend branch {latest.index} (rewritten, truncated or edited): "
+            f"differs at character {at}, expected {tip_text[at : at + SNIPPET_CHARS]!r}, "
+            f"got {rendered[at : at + SNIPPET_CHARS]!r}"
+        )
 
 
 def _common_prefix_length(a: str, b: str) -> int:

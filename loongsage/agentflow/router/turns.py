@@ -1,7 +1,8 @@
 """An engine's answer turned into a recorded turn and the assistant message the agent gets."""
+
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from loongsage.agentflow.router.messages import Message, ToolCall
 from loongsage.agentflow.router.trajectory import PromptPlan, Turn
@@ -11,8 +12,9 @@ Decode = Callable[..., str]  # decode(ids, skip_special_tokens=False) -> text
 Parse = Callable[[str], "tuple[str, list[ToolCall]]"]
 
 
-def make_turn(plan: PromptPlan, generation: Generation, decode: Decode, parse: Parse | None,
-              engine_url: str = "") -> tuple[Turn, str | None]:
+def make_turn(
+    plan: PromptPlan, generation: Generation, decode: Decode, parse: Parse | None, engine_url: str = ""
+) -> tuple[Turn, str | None]:
     """The turn to record and, if generation ended on a stop string, that string.
 
     The agent sees the text without special tokens and without the stop token or stop string

@@ -3,6 +3,7 @@
 The body itself (size, nesting, unencodable text, over-long integer literals) was checked when
 it was read (`loongsage.json_input`); what is left is each field's type and range.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -10,8 +11,7 @@ from typing import Any
 from loongsage.agentflow.router.errors import RouterError, bad_request
 from loongsage.json_input import join_path as join
 
-_JSON_TYPE_NAMES = {dict: "an object", list: "an array", str: "a string", int: "an integer",
-                    float: "a number", bool: "a boolean"}
+_JSON_TYPE_NAMES = {dict: "an object", list: "an array", str: "a string", int: "an integer", float: "a number", bool: "a boolean"}
 # Integer ranges the engines can hold: SGLang keeps top_k in int32 tensors, seeds are int64.
 INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -59,8 +59,7 @@ def json_object_body(body: Any) -> dict:
 def check_model(body: dict, model_names: tuple[str, ...]) -> str:
     model = get(body, "model", str, required=True)
     if model not in model_names:
-        raise RouterError(404, f"model {model!r} not found; this router serves {', '.join(map(repr, model_names))}",
-                          "model")
+        raise RouterError(404, f"model {model!r} not found; this router serves {', '.join(map(repr, model_names))}", "model")
     return model
 
 

@@ -8,6 +8,7 @@ written), `read_only_system` (nothing outside the tree and temp dirs can be writ
 not only stopped at the timeout), `kills_escaped_processes` (`destroy()` also ends what left
 the command's process group, e.g. through setsid).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,7 +29,12 @@ from loongsage.agentflow.sandbox.limits import ExecResult, SandboxError, Sandbox
 from loongsage.agentflow.sandbox.process import kill_group, run_captured
 from loongsage.agentflow.sandbox.snapshot_git import GitSnapshot
 from loongsage.agentflow.sandbox.workspace import (
-    Workspace, claim_workspace, fill_tree, hand_over, kill_sandbox_processes, release_workspace,
+    Workspace,
+    claim_workspace,
+    fill_tree,
+    hand_over,
+    kill_sandbox_processes,
+    release_workspace,
 )
 
 Snapshot = Mapping[str, str] | str | Path
@@ -44,6 +50,7 @@ def command_path() -> str:
 @dataclass
 class Launch:
     """How to start one command: the full argv, and extra `subprocess.Popen` options."""
+
     argv: list[str]
     env: dict[str, str]
     cwd: str | None = None
@@ -61,8 +68,9 @@ class Sandbox(ABC):
     caps_processes: bool = False
     kills_escaped_processes: bool = False
 
-    def __init__(self, snapshot: Snapshot | None, limits: SandboxLimits | None = None, *,
-                 attach: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, snapshot: Snapshot | None, limits: SandboxLimits | None = None, *, attach: Mapping[str, Any] | None = None
+    ) -> None:
         """A new sandbox holding `snapshot`; or, with `attach` (another sandbox's `handle()`),
         a handle on that existing one (see `attach_sandbox`)."""
         self.limits = limits if limits is not None else SandboxLimits()
@@ -96,9 +104,16 @@ class Sandbox(ABC):
         sandbox, as JSON-able data: pass it to `attach_sandbox`. This object keeps owning the tree."""
         self._check_alive()
         workspace = self._workspace
-        return {"backend": self.backend, "base": str(workspace.base), "tree": str(workspace.tree),
-                "home": str(workspace.home), "uid": workspace.uid, "snapshot_commit": self._snapshot.commit,
-                "limits": dataclasses.asdict(self.limits), "options": self._handle_options()}
+        return {
+            "backend": self.backend,
+            "base": str(workspace.base),
+            "tree": str(workspace.tree),
+            "home": str(workspace.home),
+            "uid": workspace.uid,
+            "snapshot_commit": self._snapshot.commit,
+            "limits": dataclasses.asdict(self.limits),
+            "options": self._handle_options(),
+        }
 
     def _handle_options(self) -> dict[str, Any]:
         """Constructor keyword arguments an attached handle needs (apptainer: its image)."""
@@ -106,8 +121,9 @@ class Sandbox(ABC):
 
     def _attach(self, handle: Mapping[str, Any]) -> None:
         try:
-            workspace = Workspace(base=Path(handle["base"]), tree=Path(handle["tree"]), home=Path(handle["home"]),
-                                  uid=handle["uid"])
+            workspace = Workspace(
+                base=Path(handle["base"]), tree=Path(handle["tree"]), home=Path(handle["home"]), uid=handle["uid"]
+            )
             commit = handle["snapshot_commit"]
         except (KeyError, TypeError) as exc:
             raise SandboxError(f"sandbox handle lacks {exc}; make it with Sandbox.handle()") from None
@@ -129,8 +145,14 @@ class Sandbox(ABC):
         """How to run `argv` in `cwd` (a path inside `workdir`) with `env` added to the
         backend's clean environment."""
 
-    def exec(self, command: str | list[str], timeout_s: float | None = None, cwd: str | None = None,
-             env: dict[str, str] | None = None, stdin: str | None = None) -> ExecResult:
+    def exec(
+        self,
+        command: str | list[str],
+        timeout_s: float | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: str | None = None,
+    ) -> ExecResult:
         """Run `command` (a string runs under `bash -c`) in the tree. Everything it starts is
         killed when it exits or times out: background jobs do not outlive the call."""
         self._check_alive()
@@ -142,9 +164,15 @@ class Sandbox(ABC):
             raise SandboxError(f"timeout_s must be positive, got {timeout_s!r}")
         launch = self._launch(argv, self._command_cwd(cwd), _check_env(env or {}))
         return run_captured(
-            launch.argv, cwd=launch.cwd, env=launch.env, stdin=stdin, timeout_s=timeout,
-            max_output_bytes=self.limits.max_output_bytes, popen_options=launch.popen_options,
-            on_start=self._started, on_finish=self._finished,
+            launch.argv,
+            cwd=launch.cwd,
+            env=launch.env,
+            stdin=stdin,
+            timeout_s=timeout,
+            max_output_bytes=self.limits.max_output_bytes,
+            popen_options=launch.popen_options,
+            on_start=self._started,
+            on_finish=self._finished,
         )
 
     def read_file(self, path: str) -> str:
@@ -166,7 +194,7 @@ class Sandbox(ABC):
         """Kill everything still running and remove the tree. Safe to call again."""
         self._teardown()
 
-    def __enter__(self) -> "Sandbox":
+    def __enter__(self) -> Sandbox:
         return self
 
     def __exit__(self, *exc_info: object) -> None:

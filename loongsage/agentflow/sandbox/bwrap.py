@@ -14,16 +14,16 @@ Two ways to start it, because RLIMIT_NPROC does nothing for root:
 - otherwise: bwrap makes a user namespace; RLIMIT_NPROC is set inside it, where the kernel
   counts the namespace's processes only, not the user's others.
 """
-from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from __future__ import annotations
 
 import functools
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import PurePosixPath
+from typing import Any
 
 from loongsage.agentflow.sandbox.base import Launch, Sandbox, Snapshot, command_path
 from loongsage.agentflow.sandbox.limits import SandboxError, SandboxLimits, limited_argv
@@ -45,8 +45,9 @@ class BwrapSandbox(Sandbox):
     caps_processes = True
     kills_escaped_processes = True
 
-    def __init__(self, snapshot: Snapshot | None, limits: SandboxLimits | None = None, *,
-                 attach: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, snapshot: Snapshot | None, limits: SandboxLimits | None = None, *, attach: Mapping[str, Any] | None = None
+    ) -> None:
         self._bwrap = _require("bwrap", "apt-get install bubblewrap")
         self._setpriv = _require("setpriv", "apt-get install util-linux") if os.geteuid() == 0 else None
         super().__init__(snapshot, limits, attach=attach)
@@ -59,16 +60,39 @@ class BwrapSandbox(Sandbox):
     def _launch(self, argv: list[str], cwd: str, env: dict[str, str]) -> Launch:
         uid = self._workspace.uid
         clean_env = {"PATH": command_path(), "HOME": "/tmp", "LANG": "C.UTF-8"} | env
-        args = [self._bwrap, *_namespaces(privileged=uid is not None, network=self.limits.network),
-                "--die-with-parent", "--new-session", *host_mounts(),
-                "--bind", str(self.root), WORKDIR, "--remount-ro", "/", "--chdir", cwd, "--clearenv"]
+        args = [
+            self._bwrap,
+            *_namespaces(privileged=uid is not None, network=self.limits.network),
+            "--die-with-parent",
+            "--new-session",
+            *host_mounts(),
+            "--bind",
+            str(self.root),
+            WORKDIR,
+            "--remount-ro",
+            "/",
+            "--chdir",
+            cwd,
+            "--clearenv",
+        ]
         for key, value in clean_env.items():
             args += ["--setenv", key, value]
         if uid is not None:
             assert self._setpriv is not None
-            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
-                     self._setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+            args += [
+                "--cap-add",
+                "CAP_SETUID",
+                "--cap-add",
+                "CAP_SETGID",
+                self._setpriv,
+                f"--reuid={uid}",
+                f"--regid={uid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+                "--",
+            ]
         args += limited_argv(argv, self.limits, self.limits.max_processes)
         return Launch(argv=args, env={"PATH": os.environ.get("PATH", os.defpath)})
 
@@ -99,8 +123,22 @@ def host_mounts() -> tuple[str, ...]:
             args += ["--symlink", os.readlink(entry.path), entry.path]
         else:
             args += ["--ro-bind-try", entry.path, entry.path]  # -try: it may vanish meanwhile
-    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp",
-             "--perms", "1777", "--tmpfs", "/dev/shm", "--tmpfs", "/run"]
+    args += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/tmp",
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/dev/shm",
+        "--tmpfs",
+        "/run",
+    ]
     if _seen_from_host(str(sandboxes_dir())):
         args += ["--tmpfs", str(sandboxes_dir())]
     for prefix in sorted({sys.base_prefix, sys.prefix}):

@@ -5,6 +5,7 @@ Limits are set with bash's `ulimit` inside the sandbox rather than in a `preexec
 `preexec_fn` is unsafe in threaded parents (Ray actors are threaded), and under bwrap the
 process-count limit must be set after the sandbox's namespaces exist (see bwrap.py).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -16,11 +17,11 @@ class SandboxError(RuntimeError):
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    timeout_s: float = 60.0            # wall clock per exec; the whole process tree is killed when exceeded
-    cpu_s: int = 60                    # CPU seconds per process (RLIMIT_CPU)
-    memory_mb: int = 2048              # address space per process (RLIMIT_AS)
-    max_processes: int = 128           # processes/threads the command may have at once
-    max_file_mb: int = 64              # largest file it may write (RLIMIT_FSIZE)
+    timeout_s: float = 60.0  # wall clock per exec; the whole process tree is killed when exceeded
+    cpu_s: int = 60  # CPU seconds per process (RLIMIT_CPU)
+    memory_mb: int = 2048  # address space per process (RLIMIT_AS)
+    max_processes: int = 128  # processes/threads the command may have at once
+    max_file_mb: int = 64  # largest file it may write (RLIMIT_FSIZE)
     max_output_bytes: int = 1_000_000  # per stream (stdout, stderr); the rest is drained and dropped, `truncated` set
     network: bool = False
 
@@ -36,8 +37,8 @@ class SandboxLimits:
 
 @dataclass
 class ExecResult:
-    exit_code: int | None   # None when the sandbox killed it (timeout); 128+N when signal N killed it
-    stdout: str             # decoded utf-8 with errors="replace"
+    exit_code: int | None  # None when the sandbox killed it (timeout); 128+N when signal N killed it
+    stdout: str  # decoded utf-8 with errors="replace"
     stderr: str
     timed_out: bool
     truncated: bool
@@ -53,8 +54,7 @@ def limited_argv(argv: list[str], limits: SandboxLimits, max_processes: int | No
     cannot raise them again) and then execs it. `max_processes` None leaves RLIMIT_NPROC alone
     (where it would count processes outside the sandbox). Core dumps are off: a command
     killed by SIGXCPU/SIGXFSZ would otherwise drop a core file into the tree."""
-    settings = ["-c 0", f"-t {int(limits.cpu_s)}", f"-v {int(limits.memory_mb) * 1024}",
-                f"-f {int(limits.max_file_mb) * 1024}"]
+    settings = ["-c 0", f"-t {int(limits.cpu_s)}", f"-v {int(limits.memory_mb) * 1024}", f"-f {int(limits.max_file_mb) * 1024}"]
     if max_processes is not None:
         settings.append(f"-u {max_processes}")
     # `set +o posix`: in POSIX mode `ulimit -f` counts 512-byte blocks instead of 1024.

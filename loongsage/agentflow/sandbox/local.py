@@ -14,13 +14,13 @@ user, commands can write wherever it can; not root, the process limit is the use
 process count plus `max_processes`; as root there is no process limit (the kernel ignores
 RLIMIT_NPROC for root) and a fork bomb is stopped only by the timeout.
 """
-from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from loongsage.agentflow.sandbox.base import Launch, Sandbox, Snapshot, command_path
 from loongsage.agentflow.sandbox.limits import SandboxLimits, limited_argv
@@ -35,8 +35,9 @@ class LocalSandbox(Sandbox):
     backend = "local"
     denies_network = False
 
-    def __init__(self, snapshot: Snapshot | None, limits: SandboxLimits | None = None, *,
-                 attach: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, snapshot: Snapshot | None, limits: SandboxLimits | None = None, *, attach: Mapping[str, Any] | None = None
+    ) -> None:
         super().__init__(snapshot, limits, attach=attach)
         own_uid = self._workspace.uid is not None
         self.hides_other_sandboxes = own_uid
@@ -69,27 +70,31 @@ class LocalSandbox(Sandbox):
         else:
             max_processes = _tasks_of_user(os.getuid()) + self.limits.max_processes
         clean_env = {"PATH": command_path(), "HOME": str(self._workspace.home), "LANG": "C.UTF-8"}
-        return Launch(argv=limited_argv(argv, self.limits, max_processes), env=clean_env | env,
-                      cwd=cwd, popen_options=options)
+        return Launch(argv=limited_argv(argv, self.limits, max_processes), env=clean_env | env, cwd=cwd, popen_options=options)
 
 
 def _warn_network_not_denied() -> None:
     global _warned_about_network
     if not _warned_about_network:
         _warned_about_network = True
-        log.warning("the local sandbox backend cannot deny network access: limits.network=False "
-                    "is not enforced; use the bwrap backend (apt-get install bubblewrap)")
+        log.warning(
+            "the local sandbox backend cannot deny network access: limits.network=False "
+            "is not enforced; use the bwrap backend (apt-get install bubblewrap)"
+        )
 
 
 def _warn_running_as_own_user(reason: str) -> None:
     global _warned_about_own_user
     if not _warned_about_own_user:
         _warned_about_own_user = True
-        log.warning("the local sandbox backend runs commands as this process's user (uid %d), without a uid of "
-                    "their own, because %s. Sandboxes then neither hide each other's trees nor keep the system "
-                    "read-only, and nothing caps their processes. For that isolation install bubblewrap "
-                    "(apt-get install bubblewrap), or install Python where other users can reach it.",
-                    os.geteuid(), reason)
+        log.warning(
+            "the local sandbox backend runs commands as this process's user (uid %d), without a uid of "
+            "their own, because %s. Sandboxes then neither hide each other's trees nor keep the system "
+            "read-only, and nothing caps their processes. For that isolation install bubblewrap "
+            "(apt-get install bubblewrap), or install Python where other users can reach it.",
+            os.geteuid(),
+            reason,
+        )
 
 
 def _tasks_of_user(uid: int) -> int:

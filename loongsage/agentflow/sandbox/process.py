@@ -6,6 +6,7 @@ command exits: a background job (`server &`) never outlives the exec that starte
 every backend (under bwrap the pid namespace already enforces this). Whatever escaped the
 group is the sandbox's `destroy()` business.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,7 +38,7 @@ class _Stream:
         room = self.cap - len(self.data)
         if len(chunk) > room:
             self.truncated = True
-            chunk = chunk[:max(room, 0)]
+            chunk = chunk[: max(room, 0)]
         self.data += chunk
 
     def text(self) -> str:
@@ -61,9 +62,14 @@ def run_captured(
     started = time.monotonic()
     try:
         proc = subprocess.Popen(
-            argv, cwd=cwd, env=dict(env), start_new_session=True,
+            argv,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **(popen_options or {}),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            **(popen_options or {}),
         )
     except OSError as exc:
         raise SandboxError(f"cannot start {argv[0]!r}: {exc}") from exc
@@ -81,8 +87,11 @@ def run_captured(
                 pipe.close()
     return ExecResult(
         exit_code=None if timed_out else _shell_exit_code(proc.returncode),
-        stdout=stdout.text(), stderr=stderr.text(), timed_out=timed_out,
-        truncated=stdout.truncated or stderr.truncated, duration_s=time.monotonic() - started,
+        stdout=stdout.text(),
+        stderr=stderr.text(),
+        timed_out=timed_out,
+        truncated=stdout.truncated or stderr.truncated,
+        duration_s=time.monotonic() - started,
     )
 
 

@@ -5,6 +5,7 @@ and mini-swe-agent submits with `git diff`), and a private copy outside the tree
 `diff()` uses with an index of its own. Whatever the agent does to `tree/.git` (commit,
 reset, delete it), `diff()` still compares the files on disk with the snapshot.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,10 @@ def git_env() -> dict[str, str]:
         "GIT_CONFIG_NOSYSTEM": "1",
         "GIT_CONFIG_GLOBAL": os.devnull,
         "GIT_TERMINAL_PROMPT": "0",
-        "GIT_AUTHOR_NAME": _IDENTITY["name"], "GIT_AUTHOR_EMAIL": _IDENTITY["email"],
-        "GIT_COMMITTER_NAME": _IDENTITY["name"], "GIT_COMMITTER_EMAIL": _IDENTITY["email"],
+        "GIT_AUTHOR_NAME": _IDENTITY["name"],
+        "GIT_AUTHOR_EMAIL": _IDENTITY["email"],
+        "GIT_COMMITTER_NAME": _IDENTITY["name"],
+        "GIT_COMMITTER_EMAIL": _IDENTITY["email"],
     }
 
 
@@ -52,7 +55,7 @@ class GitSnapshot:
         self.commit = commit
 
     @classmethod
-    def record(cls, tree: Path, private_git_dir: Path) -> "GitSnapshot":
+    def record(cls, tree: Path, private_git_dir: Path) -> GitSnapshot:
         """Commit everything in `tree` (ignored files too: they are part of the snapshot)
         into `tree/.git`, and copy that repository to `private_git_dir`."""
         env = git_env()
@@ -79,5 +82,19 @@ class GitSnapshot:
             "GIT_INDEX_FILE": str(self.private_git_dir / "index"),
         }
         _git(["add", "--all"], env, cwd=self.tree)
-        return _git(["diff", "--cached", "--binary", "--no-renames", "--no-ext-diff", "--no-textconv",
-                     "--no-color", "--src-prefix=a/", "--dst-prefix=b/", self.commit], env, cwd=self.tree)
+        return _git(
+            [
+                "diff",
+                "--cached",
+                "--binary",
+                "--no-renames",
+                "--no-ext-diff",
+                "--no-textconv",
+                "--no-color",
+                "--src-prefix=a/",
+                "--dst-prefix=b/",
+                self.commit,
+            ],
+            env,
+            cwd=self.tree,
+        )

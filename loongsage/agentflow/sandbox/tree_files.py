@@ -5,6 +5,7 @@ The framework may run as root while the tree is the agent's: a symlink planted t
 are resolved once (in-tree symlinks are fine), then opened component by component with
 O_NOFOLLOW, so a link swapped in meanwhile fails instead of being followed.
 """
+
 from __future__ import annotations
 
 import errno

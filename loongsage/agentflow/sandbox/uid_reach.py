@@ -7,6 +7,7 @@ of its reach; every `python` is then "command not found" and every grading score
 binds the installation in; `local` cannot, so it asks this probe first and, when the uid
 cannot run it, runs commands as the framework's own user instead.
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,9 +41,16 @@ def uid_blocker(path: str) -> str | None:
     uid, base = claim_uid(sandboxes_dir())
     try:
         done = subprocess.run(
-            ["bash", "-c", _PROBE], user=uid, group=uid, extra_groups=[], cwd="/",
+            ["bash", "-c", _PROBE],
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            cwd="/",
             env={"PATH": path, "HOME": "/nonexistent", "LANG": "C.UTF-8"},
-            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=_PROBE_TIMEOUT_S,
         )
     except subprocess.TimeoutExpired:
         return f"a sandbox uid's `{_PROBE}` did not finish within {_PROBE_TIMEOUT_S:g} s"

@@ -6,6 +6,7 @@ makes the kernel count (and cap) exactly this sandbox's processes, lets one `kil
 that uid end all of them, and keeps sandboxes out of each other's trees (mode 0700). The uid
 is claimed by creating the directory named after it, so two processes never share one.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,10 +30,10 @@ _SANDBOX_UIDS = range(1_000_000_000, 2_000_000_000)
 
 @dataclass(frozen=True)
 class Workspace:
-    base: Path        # private: tree/, home/, the snapshot's git dir
-    tree: Path        # the working tree the command sees
-    home: Path        # HOME for backends that have no private /tmp
-    uid: int | None   # the unprivileged uid commands run as; None: the framework's own uid
+    base: Path  # private: tree/, home/, the snapshot's git dir
+    tree: Path  # the working tree the command sees
+    home: Path  # HOME for backends that have no private /tmp
+    uid: int | None  # the unprivileged uid commands run as; None: the framework's own uid
 
 
 def sandboxes_dir() -> Path:
@@ -124,13 +125,21 @@ def kill_sandbox_processes(uid: int) -> None:
     namespaces): `kill -1` from that uid reaches all its processes and nothing else. One
     call suffices: the kernel blocks forks while it signals."""
     subprocess.run(
-        ["bash", "-c", "kill -s KILL -1"], user=uid, group=uid, extra_groups=[], cwd="/",
-        env={"PATH": os.defpath}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+        ["bash", "-c", "kill -s KILL -1"],
+        user=uid,
+        group=uid,
+        extra_groups=[],
+        cwd="/",
+        env={"PATH": os.defpath},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        check=False,
     )
 
 
 def release_workspace(workspace: Workspace) -> None:
     """Remove the workspace, whatever modes the sandbox left on its files."""
+
     def make_removable(function, path, _exc_info) -> None:
         os.chmod(os.path.dirname(path), 0o700)
         if os.path.isdir(path) and not os.path.islink(path):

@@ -1,4 +1,5 @@
 """Ray actor hosting one embedded engine behind its SGLang-protocol HTTP server."""
+
 from __future__ import annotations
 
 import ray

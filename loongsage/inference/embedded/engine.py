@@ -1,4 +1,5 @@
 """The embedded engine without HTTP: model, tokenizer, scheduler and weight version."""
+
 from __future__ import annotations
 
 import asyncio
@@ -28,7 +29,7 @@ class EngineConfig:
     weight_version: str = "default"  # the version the starting weights carry (SGLang's --weight-version)
 
     @classmethod
-    def from_dict(cls, cfg: dict | None) -> "EngineConfig":
+    def from_dict(cls, cfg: dict | None) -> EngineConfig:
         cfg = dict(cfg or {})
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(cfg) - known)
@@ -60,8 +61,12 @@ class Engine:
         self.limits = Limits(model_cfg.vocab_size, max_context, model_cfg.eos_token_ids)
         self.weight_version = self.cfg.weight_version
         self.scheduler = Scheduler(
-            self.model, self.cfg.max_running, max_context, self.cfg.prompt_cache_size,
-            decode=self.tokenizer.decode if self.tokenizer is not None else None, seed=self.cfg.seed,
+            self.model,
+            self.cfg.max_running,
+            max_context,
+            self.cfg.prompt_cache_size,
+            decode=self.tokenizer.decode if self.tokenizer is not None else None,
+            seed=self.cfg.seed,
         )
         self.scheduler.start()
 
@@ -85,8 +90,7 @@ class Engine:
             # An abort answer would look like a weight-update abort: clients resume those, and
             # after the last resume would hand their agent an empty reply as a success.
             raise GenerationFailed(f"request {failed.rid} failed: {failed.error}", failed.rid)
-        responses = [build_response(seq, version, self.tokenizer, request.return_text_in_logprobs)
-                     for seq, version in done]
+        responses = [build_response(seq, version, self.tokenizer, request.return_text_in_logprobs) for seq, version in done]
         return responses if request.is_batch else responses[0]
 
     def flush_cache(self) -> None:
@@ -95,6 +99,7 @@ class Engine:
     def update_weights(self, named_tensors, weight_version: str | None) -> None:
         """Apply all-or-nothing between two decode steps. The prompt cache holds keys/values of
         the old weights, so it is always dropped."""
+
         def apply():
             apply_named_tensors(self.model, named_tensors)
             self.scheduler.prompts.clear()
@@ -130,6 +135,7 @@ class Engine:
 
 def _resolver(loop: asyncio.AbstractEventLoop, future: asyncio.Future, engine: Engine):
     """Completes `future` from the scheduler thread with the weight version current at finish."""
+
     def on_done(seq: Sequence) -> None:
         result = (seq, engine.weight_version)
         try:

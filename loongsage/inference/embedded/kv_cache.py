@@ -3,6 +3,7 @@
 Running sequences always occupy slots 0..n-1 so a decode step can slice `[:n]` instead of
 gathering rows; `move` fills a freed slot with the last one.
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -12,8 +13,9 @@ import torch
 
 
 class KVCache:
-    def __init__(self, num_layers: int, slots: int, kv_heads: int, head_dim: int, max_context: int,
-                 dtype: torch.dtype, chunk: int = 256):
+    def __init__(
+        self, num_layers: int, slots: int, kv_heads: int, head_dim: int, max_context: int, dtype: torch.dtype, chunk: int = 256
+    ):
         self.shape = (num_layers, slots, kv_heads, 0, head_dim)
         self.max_context, self.dtype, self.chunk = max_context, dtype, chunk
         self.keys = torch.zeros(self.shape, dtype=dtype)

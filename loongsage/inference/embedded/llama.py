@@ -5,6 +5,7 @@ safetensors checkpoints and trainer weight updates apply by name without a mappi
 The model never owns a KV cache: `prefill` returns the keys/values it computed and `decode`
 reads/writes a cache passed in by the scheduler.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,7 +44,7 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...]
 
     @classmethod
-    def from_dir(cls, model_dir: str | Path) -> "ModelConfig":
+    def from_dir(cls, model_dir: str | Path) -> ModelConfig:
         model_dir = Path(model_dir)
         raw = json.loads((model_dir / "config.json").read_text())
         architectures = raw.get("architectures") or []
@@ -158,16 +159,17 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 
 def fuse_linears(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """One matmul instead of several: q/k/v are skinny on GQA models and each call has overhead. Each original parameter becomes a view into the fused tensor, so
-    loading or updating weights by their HF names writes straight into it."""
+    """One matmul instead of several: q/k/v are skinny on GQA models and each call has overhead.
+    Each original parameter becomes a view into the fused tensor, so loading or updating weights
+    by their HF names writes straight into it."""
     weight = torch.cat([lin.weight.detach() for lin in linears])
     bias = torch.cat([lin.bias.detach() for lin in linears]) if linears[0].bias is not None else None
     start = 0
     for lin in linears:
         rows = lin.weight.shape[0]
-        lin.weight = nn.Parameter(weight[start:start + rows], requires_grad=False)
+        lin.weight = nn.Parameter(weight[start : start + rows], requires_grad=False)
         if bias is not None:
-            lin.bias = nn.Parameter(bias[start:start + rows], requires_grad=False)
+            lin.bias = nn.Parameter(bias[start : start + rows], requires_grad=False)
         start += rows
     return weight, bias
 
@@ -188,7 +190,7 @@ class Attention(nn.Module):
         qkv = linear(x, self.fused_weight, self.fused_bias).view(b, t, heads, self.head_dim)
         # q and k share one RoPE pass: half the elementwise calls of rotating them apart.
         qk = apply_rope(qkv[:, :, : self.num_heads + self.num_kv_heads], cos, signed_sin)
-        return qk[:, :, : self.num_heads], qk[:, :, self.num_heads:], qkv[:, :, self.num_heads + self.num_kv_heads:]
+        return qk[:, :, : self.num_heads], qk[:, :, self.num_heads :], qkv[:, :, self.num_heads + self.num_kv_heads :]
 
     def fuse(self) -> None:
         self.fused_weight, self.fused_bias = fuse_linears(self.q_proj, self.k_proj, self.v_proj)
@@ -319,8 +321,9 @@ class LlamaModel(nn.Module):
         return self.model.norm(x), torch.stack(keys), torch.stack(values)
 
     @torch.inference_mode()
-    def decode(self, input_ids: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor,
-               v_cache: torch.Tensor) -> torch.Tensor:
+    def decode(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
+    ) -> torch.Tensor:
         """One token for each of B running sequences held in cache slots 0..B-1.
 
         input_ids, positions: [B]; caches: [layers, slots, kv_heads, capacity, head_dim].
@@ -330,7 +333,8 @@ class LlamaModel(nn.Module):
         span = int(positions.max()) + 1
         # Shorter sequences see padding columns beyond their own length; mask them out.
         bias = torch.zeros(b, 1, 1, span).masked_fill_(
-            (torch.arange(span)[None, :] > positions[:, None])[:, None, None, :], float("-inf"))
+            (torch.arange(span)[None, :] > positions[:, None])[:, None, None, :], float("-inf")
+        )
         slots = _cache_rows(k_cache, b, positions)
         x = self.model.embed_tokens(input_ids)[:, None]
         cos, sin = self._cos_sin(positions[:, None], x.dtype)

@@ -5,6 +5,7 @@ because a sampling parameter we drop would silently change the behaviour policy.
 those the scheduler's batched tensors can hold: a value that passes here cannot fail a decode
 step, which would abort every other request in the batch with it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -17,7 +18,13 @@ from loongsage.inference.embedded.request import Sequence
 from loongsage.inference.embedded.sampling import SamplingParams
 
 GENERATE_FIELDS = {
-    "text", "input_ids", "sampling_params", "return_logprob", "logprob_start_len", "rid", "stream",
+    "text",
+    "input_ids",
+    "sampling_params",
+    "return_logprob",
+    "logprob_start_len",
+    "rid",
+    "stream",
     "return_text_in_logprobs",
 }
 SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingParams)}
@@ -70,15 +77,22 @@ def parse_generate(body: Any, limits: Limits, tokenizer) -> GenerateRequest:
         if len(prompt) + sp.max_new_tokens > limits.max_context:
             raise BadRequest(
                 f"prompt of {len(prompt)} tokens + max_new_tokens={sp.max_new_tokens} exceeds the context "
-                f"limit of {limits.max_context}", f"{field}.max_new_tokens",
+                f"limit of {limits.max_context}",
+                f"{field}.max_new_tokens",
             )
         if not -1 <= start < len(prompt):
             raise BadRequest(f"logprob_start_len={start} must be -1 or in [0, {len(prompt)})", "logprob_start_len")
         stop_ids = set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(limits.eos_token_ids))
-        sequences.append(Sequence(
-            rid=rid or uuid.uuid4().hex, prompt_ids=prompt, params=sp, stop_ids=frozenset(stop_ids),
-            return_logprob=return_logprob, logprob_start_len=start,
-        ))
+        sequences.append(
+            Sequence(
+                rid=rid or uuid.uuid4().hex,
+                prompt_ids=prompt,
+                params=sp,
+                stop_ids=frozenset(stop_ids),
+                return_logprob=return_logprob,
+                logprob_start_len=start,
+            )
+        )
     text_in_lp = _typed(body.get("return_text_in_logprobs", False), bool, "return_text_in_logprobs")
     return GenerateRequest(sequences, is_batch, text_in_lp)
 
@@ -148,8 +162,9 @@ def _names(kinds: tuple) -> str:
 def parse_sampling_params(raw: dict, limits: Limits, field: str) -> SamplingParams:
     unknown = sorted(set(raw) - SAMPLING_FIELDS)
     if unknown:
-        raise BadRequest(f"unknown sampling parameter {unknown[0]!r} (supported: {sorted(SAMPLING_FIELDS)})",
-                         f"{field}.{unknown[0]}")
+        raise BadRequest(
+            f"unknown sampling parameter {unknown[0]!r} (supported: {sorted(SAMPLING_FIELDS)})", f"{field}.{unknown[0]}"
+        )
     raw = {k: v for k, v in raw.items() if v is not None}
 
     def get(name: str, kind: type | tuple, ok, rule: str):
@@ -171,15 +186,20 @@ def parse_sampling_params(raw: dict, limits: Limits, field: str) -> SamplingPara
         temperature=float(get("temperature", (int, float), lambda v: _finite(v) and v >= 0, "must be finite and >= 0")),
         top_p=float(get("top_p", (int, float), lambda v: 0 < v <= 1, "must be in (0, 1]")),
         top_k=get("top_k", int, lambda v: v == -1 or 1 <= v <= TOP_K_MAX, f"must be -1 (off) or in [1, {TOP_K_MAX}]"),
-        max_new_tokens=get("max_new_tokens", int, lambda v: 0 <= v <= limits.max_context,
-                           f"must be in [0, {limits.max_context}] (the context limit)"),
+        max_new_tokens=get(
+            "max_new_tokens",
+            int,
+            lambda v: 0 <= v <= limits.max_context,
+            f"must be in [0, {limits.max_context}] (the context limit)",
+        ),
         stop=tuple(stop),
         stop_token_ids=tuple(stop_ids),
         ignore_eos=get("ignore_eos", bool, lambda v: True, ""),
         skip_special_tokens=get("skip_special_tokens", bool, lambda v: True, ""),
         no_stop_trim=get("no_stop_trim", bool, lambda v: True, ""),
-        sampling_seed=get("sampling_seed", int, lambda v: SEED_RANGE[0] <= v <= SEED_RANGE[1],
-                          f"must be in [{SEED_RANGE[0]}, {SEED_RANGE[1]}]"),
+        sampling_seed=get(
+            "sampling_seed", int, lambda v: SEED_RANGE[0] <= v <= SEED_RANGE[1], f"must be in [{SEED_RANGE[0]}, {SEED_RANGE[1]}]"
+        ),
     )
 
 
@@ -198,12 +218,13 @@ def build_response(seq: Sequence, weight_version: str, tokenizer, text_in_logpro
         "weight_version": weight_version,
     }
     if seq.return_logprob:
+
         def piece(token: int):
             return tokenizer.decode([token]) if text_in_logprobs and tokenizer is not None else None
 
         meta["output_token_logprobs"] = [[lp, t, piece(t)] for lp, t in zip(seq.output_logprobs, seq.output_ids)]
         if seq.input_logprobs is not None:
-            tokens = seq.prompt_ids[seq.logprob_start_len:]
+            tokens = seq.prompt_ids[seq.logprob_start_len :]
             meta["input_token_logprobs"] = [[lp, t, piece(t)] for lp, t in zip(seq.input_logprobs, tokens)]
     return {"text": _response_text(seq, tokenizer), "output_ids": list(seq.output_ids), "meta_info": meta}
 

@@ -1,8 +1,9 @@
 """One generation request as the scheduler tracks it."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import torch
 
@@ -17,7 +18,7 @@ class Sequence:
     stop_ids: frozenset[int]
     return_logprob: bool = False
     logprob_start_len: int = -1
-    on_done: Callable[["Sequence"], None] | None = None
+    on_done: Callable[[Sequence], None] | None = None
     generator: torch.Generator | None = None
 
     output_ids: list[int] = field(default_factory=list)

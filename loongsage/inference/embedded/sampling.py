@@ -13,6 +13,7 @@ Logprobs reported are those of the *untempered* model distribution (temperature 
 top-k), which is what the trainer recomputes; they are not the probabilities the token was
 drawn with when temperature != 1 or top-p/top-k truncate.
 """
+
 from __future__ import annotations
 
 import math
@@ -46,8 +47,9 @@ def noise_size(vocab: int) -> int:
     return -(-vocab // size) + size
 
 
-def sample_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor,
-                  exp_noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_tokens(
+    logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor, exp_noise: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [B, V] fp32; per-row temperature/top_p/top_k [B]; exp_noise [B, noise_size(V)]
     of Exp(1) draws (ignored on greedy rows) -> (token ids [B], their untempered logprobs [B]).
 
@@ -71,8 +73,14 @@ def sample_tokens(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.
     return tokens, shifted.gather(-1, tokens[:, None])[:, 0] - log_norm
 
 
-def _pick(logits: torch.Tensor, padded: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor,
-          top_k: torch.Tensor, exp_noise: torch.Tensor) -> torch.Tensor:
+def _pick(
+    logits: torch.Tensor,
+    padded: torch.Tensor,
+    temperature: torch.Tensor,
+    top_p: torch.Tensor,
+    top_k: torch.Tensor,
+    exp_noise: torch.Tensor,
+) -> torch.Tensor:
     """`padded` holds the untempered weights; rows that temper or truncate overwrite them."""
     greedy = temperature <= 0
     if bool(greedy.all()):

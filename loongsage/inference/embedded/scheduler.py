@@ -2,21 +2,22 @@
 
 A background thread admits queued requests into free KV-cache slots (prefilling the distinct
 new prompts together in right-padded batches, or copying the prefill of an identical recent
-prompt), then runs one batched decode step for every running sequence. Finished sequences leave the batch at once and the last slot
-moves into the hole, so the batch stays contiguous and no compute is spent on dead rows.
+prompt), then runs one batched decode step for every running sequence. Finished sequences
+leave the batch at once and the last slot moves into the hole, so the batch stays contiguous and no compute is spent on dead rows.
 
 Every state change other than `submit` (abort, pause, weight updates, cache flushes) runs on
 the loop thread between steps via `call`, so the model and caches need no locks.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -58,8 +59,15 @@ class SchedulerStats:
 
 
 class Scheduler:
-    def __init__(self, model: LlamaModel, max_running: int, max_context: int, prompt_cache_size: int = 16,
-                 decode: Callable[[list[int]], str] | None = None, seed: int = 0):
+    def __init__(
+        self,
+        model: LlamaModel,
+        max_running: int,
+        max_context: int,
+        prompt_cache_size: int = 16,
+        decode: Callable[[list[int]], str] | None = None,
+        seed: int = 0,
+    ):
         cfg = model.cfg
         dtype = next(model.parameters()).dtype
         self.model = model
@@ -168,7 +176,7 @@ class Scheduler:
         for seq, entry in self._prefill(seqs):
             try:  # one bad request must not take the engine down
                 if seq.wants_prompt_logprobs:
-                    seq.input_logprobs = ([None] + entry.prompt_logprobs)[seq.logprob_start_len:]
+                    seq.input_logprobs = ([None] + entry.prompt_logprobs)[seq.logprob_start_len :]
                 if seq.params.max_new_tokens == 0:
                     seq.finish({"type": "length", "length": 0})
                     continue
@@ -238,8 +246,11 @@ class Scheduler:
         """Distinct prompts usually open alike (system prompt, chat template): when several new
         ones share a prefix no cached prompt covers, prefill it once as a prompt of its own, so
         that each of them only computes what comes after it."""
-        uncovered = [key for key, wants_logprobs in missing
-                     if not wants_logprobs and self.prompts.longest_prefix(key, MIN_SHARED_PREFIX)[1] == 0]
+        uncovered = [
+            key
+            for key, wants_logprobs in missing
+            if not wants_logprobs and self.prompts.longest_prefix(key, MIN_SHARED_PREFIX)[1] == 0
+        ]
         if len(uncovered) < 2:
             return
         shared = min(len(os.path.commonprefix(uncovered)), min(map(len, uncovered)) - 1)
@@ -262,8 +273,9 @@ class Scheduler:
             plans.setdefault((id(prefix), shared), ((prefix, shared), []))[1].append((key, wants_logprobs))
         return list(plans.values())
 
-    def _prefill_batch(self, batch: list[tuple[tuple[int, ...], bool]], prefix: PrefillResult | None,
-                       shared: int) -> dict[tuple[int, ...], PrefillResult]:
+    def _prefill_batch(
+        self, batch: list[tuple[tuple[int, ...], bool]], prefix: PrefillResult | None, shared: int
+    ) -> dict[tuple[int, ...], PrefillResult]:
         """Prefills the prompts in `batch` after their first `shared` tokens, whose keys/values
         `prefix` holds (none when shared == 0)."""
         past = None if prefix is None else (prefix.keys[:, :, :shared], prefix.values[:, :, :shared])
@@ -291,7 +303,7 @@ class Scheduler:
         for start in range(0, ids.shape[0] - 1, PROMPT_LOGITS_CHUNK):
             end = min(start + PROMPT_LOGITS_CHUNK, ids.shape[0] - 1)
             logits = self.model.logits(hidden[start:end])
-            out.append(token_logprobs(logits, ids[start + 1:end + 1]))
+            out.append(token_logprobs(logits, ids[start + 1 : end + 1]))
         return torch.cat(out).tolist() if out else []
 
     def _decode_step(self) -> None:
@@ -324,7 +336,7 @@ class Scheduler:
             sampled = []
             for i, seq in enumerate(seqs):
                 try:
-                    token, logprob = sample_tokens(logits[i:i + 1], *_sampling_rows([seq]), noise[i:i + 1])
+                    token, logprob = sample_tokens(logits[i : i + 1], *_sampling_rows([seq]), noise[i : i + 1])
                     sampled.append((seq, int(token[0]), float(logprob[0])))
                 except Exception as exc:
                     failed.append((seq, exc))
@@ -398,8 +410,11 @@ class Scheduler:
 def _sampling_rows(seqs: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-row temperature, top_p and top_k of `seqs`."""
     params = [s.params for s in seqs]
-    return (torch.tensor([p.temperature for p in params]), torch.tensor([p.top_p for p in params]),
-            torch.tensor([p.top_k for p in params]))
+    return (
+        torch.tensor([p.temperature for p in params]),
+        torch.tensor([p.top_p for p in params]),
+        torch.tensor([p.top_k for p in params]),
+    )
 
 
 def _prefill_batches(prompts: list[tuple[tuple[int, ...], bool]]) -> list[list[tuple[tuple[int, ...], bool]]]:

@@ -1,4 +1,5 @@
 """SGLang-protocol HTTP front end of the embedded engine (FastAPI + uvicorn in a thread)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -100,15 +101,16 @@ def build_app(engine: Engine) -> FastAPI:
         body = await _json_body(request)
         payloads = _field(body, "serialized_named_tensors", list, None)
         if payloads is None or len(payloads) != 1:
-            raise BadRequest("expected a list with one entry (this engine has one tensor-parallel rank)",
-                             "serialized_named_tensors")
+            raise BadRequest(
+                "expected a list with one entry (this engine has one tensor-parallel rank)", "serialized_named_tensors"
+            )
         load_format = _field(body, "load_format", str, "shm")
         _field(body, "flush_cache", bool, True)  # the prompt cache is always dropped on an update
         version = _version(body)
         try:
             named = unpack_named_tensors(load_format, payloads[0])
         except (ValueError, KeyError, TypeError, FileNotFoundError) as exc:
-            raise BadRequest(f"cannot unpack with load_format={load_format!r}: {exc}", "serialized_named_tensors")
+            raise BadRequest(f"cannot unpack with load_format={load_format!r}: {exc}", "serialized_named_tensors") from None
         await _apply(engine.update_weights, named, version)
         return {"success": True, "message": f"updated {len(named)} tensors", "weight_version": engine.weight_version}
 
@@ -123,7 +125,7 @@ def build_app(engine: Engine) -> FastAPI:
         try:
             await _apply(engine.update_weights_from_disk, model_path, version)
         except FileNotFoundError as exc:
-            raise BadRequest(str(exc), "model_path")
+            raise BadRequest(str(exc), "model_path") from None
         return {"success": True, "message": f"loaded {model_path}", "weight_version": engine.weight_version}
 
     return app
@@ -133,7 +135,7 @@ async def _apply(update, *args) -> None:
     try:
         await run_in_threadpool(update, *args)
     except WeightError as exc:
-        raise BadRequest(str(exc), exc.name)
+        raise BadRequest(str(exc), exc.name) from None
 
 
 async def _json_body(request: Request, limit: int | None = None):

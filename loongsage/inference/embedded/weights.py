@@ -1,8 +1,9 @@
 """Loading an HF directory into `LlamaModel` and applying named weight updates to it."""
+
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import torch
 from safetensors import safe_open

@@ -1,4 +1,5 @@
 """Math task: synthetic arithmetic and GSM8K-style data, boxed-answer reward."""
+
 from __future__ import annotations
 
 from loongsage.tasks.math.jsonl import SAMPLE_PATH, DatasetFormatError, load_gsm8k_jsonl

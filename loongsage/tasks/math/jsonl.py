@@ -1,4 +1,5 @@
 """GSM8K-style JSONL: one {"question": ..., "answer": "... #### 72"} object per line."""
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """The one chat prompt shape shared by every math data source."""
+
 from __future__ import annotations
 
 ANSWER_INSTRUCTION = "Give the final answer as \\boxed{number}."

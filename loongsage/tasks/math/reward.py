@@ -3,6 +3,7 @@
 Both take arbitrary model output, so they never raise on any string: unbalanced braces,
 empty boxes, huge inputs and odd unicode all end as "no answer" rather than an error.
 """
+
 from __future__ import annotations
 
 import re
@@ -10,9 +11,7 @@ from fractions import Fraction
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 # A number as it appears in prose: 1,234.5 | -12 | .5 | 3/4
-_NUMBER_IN_TEXT = re.compile(
-    r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?|-?\.\d+", re.ASCII
-)
+_NUMBER_IN_TEXT = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:\s*/\s*\d+)?|-?\.\d+", re.ASCII)
 _PLAIN_NUMBER = re.compile(r"-?(?:\d+(?:\.\d*)?|\.\d+)", re.ASCII)
 _THOUSANDS = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d*)?", re.ASCII)
 _BRACE = re.compile(r"[{}]")

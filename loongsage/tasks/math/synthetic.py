@@ -5,6 +5,7 @@ groups with reward variance. Difficulty grows with `max_operand` and the number 
 Measured with SmolLM2-135M-Instruct, sampling at temperature 1, two terms, "+-":
 about 25% solved with max_operand=9 (the default), about 6% with max_operand=20.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -87,9 +88,7 @@ def _draw_in_split(
     )
 
 
-def _draw(
-    rng: random.Random, max_operand: int, min_terms: int, max_terms: int, operators: str
-) -> tuple[str, int]:
+def _draw(rng: random.Random, max_operand: int, min_terms: int, max_terms: int, operators: str) -> tuple[str, int]:
     num_terms = rng.randint(min_terms, max_terms)
     answer = rng.randint(0, max_operand)
     expression = str(answer)
@@ -124,4 +123,3 @@ def _validate(
         problems.append(f"eval_fraction must be in (0, 1), got {eval_fraction}")
     if problems:
         raise ValueError("synthetic_arithmetic: " + "; ".join(problems))
-

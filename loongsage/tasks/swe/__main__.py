@@ -2,6 +2,7 @@
 
 Both first check the sandbox backend (a tool call, one bundled gold patch graded) and exit 2
 with the reason and the fix when it cannot grade, rather than failing every task alike."""
+
 from __future__ import annotations
 
 import argparse
@@ -122,8 +123,12 @@ def _parser() -> argparse.ArgumentParser:
     for sub in (check_parser, grade_parser):
         sub.add_argument("--backend", default="auto", help="sandbox backend (default: auto)")
         sub.add_argument("--workers", type=_positive_int, default=2, help="tasks graded at once (default: 2)")
-        sub.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
-                         help=f"seconds allowed for one pytest run (default: {DEFAULT_TIMEOUT_S:g})")
+        sub.add_argument(
+            "--timeout",
+            type=float,
+            default=DEFAULT_TIMEOUT_S,
+            help=f"seconds allowed for one pytest run (default: {DEFAULT_TIMEOUT_S:g})",
+        )
     return parser
 
 

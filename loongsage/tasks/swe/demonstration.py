@@ -1,5 +1,6 @@
 """A task's gold patch as the tool calls that make it: `str_replace` per changed block, then
 `submit`. These are what a warm start imitates before RL (see the controller's warm_start)."""
+
 from __future__ import annotations
 
 from loongsage.tasks.swe.instance import SweTask
@@ -54,15 +55,18 @@ def _changes(hunk: Hunk) -> list[tuple[list[str], list[str], list[str], list[str
         run = hunk[start:index]
         before = [line[1:] for line in hunk[:start] if line[0] == " "]
         after = [line[1:] for line in hunk[index:] if line[0] == " "]
-        changes.append((before, [l[1:] for l in run if l[0] == "-"], [l[1:] for l in run if l[0] == "+"], after))
+        changes.append(
+            (before, [line[1:] for line in run if line[0] == "-"], [line[1:] for line in run if line[0] == "+"], after)
+        )
     return changes
 
 
-def _unique_edit(content: str, before: list[str], removed: list[str], added: list[str],
-                 after: list[str]) -> tuple[str, str] | None:
+def _unique_edit(
+    content: str, before: list[str], removed: list[str], added: list[str], after: list[str]
+) -> tuple[str, str] | None:
     """The smallest (old, new) around the change whose old text occurs once in the file."""
     for context in range(max(len(before), len(after)) + 1):
-        head = before[len(before) - context:] if context else []
+        head = before[len(before) - context :] if context else []
         tail = after[:context]
         old_lines, new_lines = head + removed + tail, head + added + tail
         if not old_lines or not "".join(old_lines).strip():

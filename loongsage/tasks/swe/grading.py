@@ -11,6 +11,7 @@ result says `grading_error` and names the backend, so a run can tell a broken gr
 a model that fixes nothing. A missing JUnit report counts as a grading error only when the
 sandbox cannot run pytest at all; otherwise the patch broke pytest (it scores 0).
 """
+
 from __future__ import annotations
 
 import secrets
@@ -90,8 +91,7 @@ def grade(task: SweTask, patch: str, backend: str = "auto", timeout_s: float = D
     except HarnessError as exc:
         return GradeResult(task.instance_id, False, f"grading error: {exc}", grading_error=True)
     except SandboxError as exc:
-        return GradeResult(task.instance_id, False, f"sandbox error ({backend_name(backend)} backend): {exc}",
-                           grading_error=True)
+        return GradeResult(task.instance_id, False, f"sandbox error ({backend_name(backend)} backend): {exc}", grading_error=True)
     return verdict(task, run)
 
 
@@ -191,11 +191,15 @@ def _apply(sandbox: Sandbox, patch: str, what: str) -> None:
     # Models often drop a patch's final newline, which git reads as a corrupt last hunk.
     result = sandbox.exec(_APPLY, timeout_s=_GIT_TIMEOUT_S, stdin=patch if patch.endswith("\n") else patch + "\n")
     if result.timed_out:
-        raise HarnessError(f"applying the {what} in the {sandbox.backend} sandbox timed out after "
-                           f"{_GIT_TIMEOUT_S:g} s: {_tail(result.stderr or result.stdout)}")
+        raise HarnessError(
+            f"applying the {what} in the {sandbox.backend} sandbox timed out after "
+            f"{_GIT_TIMEOUT_S:g} s: {_tail(result.stderr or result.stdout)}"
+        )
     if result.exit_code in _MISSING_TOOL:
-        raise HarnessError(f"the {sandbox.backend} sandbox cannot run git to apply the {what} "
-                           f"(exit status {result.exit_code}): {_tail(result.stderr or result.stdout)}")
+        raise HarnessError(
+            f"the {sandbox.backend} sandbox cannot run git to apply the {what} "
+            f"(exit status {result.exit_code}): {_tail(result.stderr or result.stdout)}"
+        )
     if result.exit_code != 0:
         raise PatchRejected(f"{what} does not apply: {_tail(result.stderr or result.stdout)}")
 
@@ -205,8 +209,10 @@ def _check_harness(sandbox: Sandbox) -> None:
     result = sandbox.exec(_HARNESS_PROBE, timeout_s=_GIT_TIMEOUT_S)
     if result.timed_out or result.exit_code != 0:
         status = "timed out" if result.timed_out else f"exited {result.exit_code}"
-        raise HarnessError(f"the {sandbox.backend} sandbox cannot run pytest (`{_HARNESS_PROBE}` {status}): "
-                           f"{_tail(result.stderr or result.stdout)}")
+        raise HarnessError(
+            f"the {sandbox.backend} sandbox cannot run pytest (`{_HARNESS_PROBE}` {status}): "
+            f"{_tail(result.stderr or result.stdout)}"
+        )
 
 
 def _reject_protected_changes(sandbox: Sandbox, task: SweTask) -> None:
@@ -228,9 +234,7 @@ def _gold_patch_problems(task: SweTask) -> list[str]:
 def _problems_before_fix(task: SweTask, run: PytestRun) -> list[str]:
     problems = [f"without the fix: {run.problem}"] if run.problem else []
     problems += [
-        f"FAIL_TO_PASS test passes without the fix: {node_id}"
-        for node_id in task.fail_to_pass
-        if run.outcomes[node_id] == PASSED
+        f"FAIL_TO_PASS test passes without the fix: {node_id}" for node_id in task.fail_to_pass if run.outcomes[node_id] == PASSED
     ]
     problems += [
         f"PASS_TO_PASS test does not pass without the fix: {node_id} ({run.outcomes[node_id]})"

@@ -5,6 +5,7 @@ A task line: `instance_id`, `problem_statement`, `files` (path -> content), `FAI
 `repo`, `base_commit`, `test_patch`, `hints`, `difficulty`. A prediction line follows
 SWE-bench: `instance_id`, `model_patch`, optional `model_name_or_path`.
 """
+
 from __future__ import annotations
 
 import json
@@ -143,8 +144,7 @@ def load_unique_jsonl(path: Path, parse: Callable[[Any], Any]) -> list[Any]:
             raise SweFormatError(f"{path}:{line_no}: {exc}") from None
         if item.instance_id in first_line_of:
             raise SweFormatError(
-                f"{path}:{line_no}: duplicate instance_id {item.instance_id!r} "
-                f"(first on line {first_line_of[item.instance_id]})"
+                f"{path}:{line_no}: duplicate instance_id {item.instance_id!r} (first on line {first_line_of[item.instance_id]})"
             )
         first_line_of[item.instance_id] = line_no
         items.append(item)

@@ -5,6 +5,7 @@ from the node id ("tests/test_a.py::TestK::test_m[1]" -> "tests.test_a.TestK",
 "test_m[1]"), so we derive the same pair from each requested id and look it up. A node id
 without parameters or naming a class covers every test under it.
 """
+
 from __future__ import annotations
 
 import re
@@ -41,10 +42,7 @@ def _cases(xml_text: str) -> list[_Case]:
         root = ElementTree.fromstring(xml_text)
     except ElementTree.ParseError as exc:
         raise ValueError(f"pytest's JUnit XML report is not valid XML ({exc})") from None
-    return [
-        _Case(case.get("classname", ""), case.get("name", ""), _case_outcome(case))
-        for case in root.iter("testcase")
-    ]
+    return [_Case(case.get("classname", ""), case.get("name", ""), _case_outcome(case)) for case in root.iter("testcase")]
 
 
 def _case_outcome(case: ElementTree.Element) -> str:

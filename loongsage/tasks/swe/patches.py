@@ -4,6 +4,7 @@ Paths are read as `git apply` (-p1) reads them: the first component (`a/`, `b/`)
 dropped. Grading also checks the tree after applying, so a header this parser misreads
 cannot smuggle a test edit through.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -19,8 +20,17 @@ _DIFF_GIT = re.compile(r"^diff --git (?P<rest>.+)$")
 _RENAME_OR_COPY = re.compile(r"^(?:rename|copy) (?:from|to) (?P<path>.+)$")
 # git C-quotes unusual names: backslash escapes, and octal bytes for non-ASCII (é as \303\251).
 _ESCAPE = re.compile(rb"\\([0-7]{3}|.)", re.DOTALL)
-_ESCAPED_CHARS = {b'"': b'"', b"\\": b"\\", b"t": b"\t", b"n": b"\n", b"a": b"\a", b"b": b"\b", b"f": b"\f",
-                  b"r": b"\r", b"v": b"\v"}
+_ESCAPED_CHARS = {
+    b'"': b'"',
+    b"\\": b"\\",
+    b"t": b"\t",
+    b"n": b"\n",
+    b"a": b"\a",
+    b"b": b"\b",
+    b"f": b"\f",
+    b"r": b"\r",
+    b"v": b"\v",
+}
 
 
 def touched_paths(patch: str) -> list[str]:
@@ -52,7 +62,7 @@ def forbidden_paths(patch: str, also_protected: Iterable[str] = ()) -> list[str]
 
 
 def node_id_file(node_id: str) -> str:
-    """"tests/test_x.py::TestA::test_b[1]" -> "tests/test_x.py"."""
+    """ "tests/test_x.py::TestA::test_b[1]" -> "tests/test_x.py"."""
     return node_id.split("::", 1)[0]
 
 
@@ -72,11 +82,7 @@ def _paths_in_header(lines: list[str], index: int, line: str) -> list[str]:
 def _is_file_header(lines: list[str], index: int) -> bool:
     # "--- x" / "+++ y" followed by a hunk: a removed line that starts with "-- " cannot
     # be mistaken for it unless the next two lines also look like a header.
-    return (
-        index + 2 < len(lines)
-        and lines[index + 1].startswith("+++ ")
-        and lines[index + 2].startswith("@@")
-    )
+    return index + 2 < len(lines) and lines[index + 1].startswith("+++ ") and lines[index + 2].startswith("@@")
 
 
 def _header_path(text: str) -> str:

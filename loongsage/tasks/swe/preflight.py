@@ -7,6 +7,7 @@ bash tool runs the framework's pytest) in a sandbox of the agent's backend, and 
 patch of a bundled task graded in a sandbox of the grading backend. A failure raises
 PreflightError naming the backend, what the sandbox printed, and the fix.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,12 @@ class PreflightError(RuntimeError):
     """The sandbox backend cannot do what the run needs here; the message says the fix."""
 
 
-def sandbox_preflight(backend: str = "auto", grading_backend: str | None = None, limits: SandboxLimits | None = None,
-                      choose: str = "agent.sandbox=NAME") -> str:
+def sandbox_preflight(
+    backend: str = "auto",
+    grading_backend: str | None = None,
+    limits: SandboxLimits | None = None,
+    choose: str = "agent.sandbox=NAME",
+) -> str:
     """Run one tool call on `backend` and grade one gold patch on `grading_backend` (default:
     the same); a one-line summary when both work, else PreflightError. `choose` says how the
     caller picks another backend (a config key, a command-line option)."""
@@ -38,8 +43,10 @@ def sandbox_preflight(backend: str = "auto", grading_backend: str | None = None,
     _check_tool_call(task, backend, limits or SandboxLimits(), choose)
     _check_grading(task, grading_backend, choose)
     names = sorted({backend_name(backend), backend_name(grading_backend)})
-    return (f"sandbox preflight passed in {time.monotonic() - started:.1f} s: a tool call and the grading of "
-            f"{task.instance_id}'s gold patch on the {' and '.join(names)} backend")
+    return (
+        f"sandbox preflight passed in {time.monotonic() - started:.1f} s: a tool call and the grading of "
+        f"{task.instance_id}'s gold patch on the {' and '.join(names)} backend"
+    )
 
 
 def _probe_task() -> SweTask:
@@ -61,8 +68,9 @@ def _check_tool_call(task: SweTask, backend: str, limits: SandboxLimits, choose:
 def _check_grading(task: SweTask, backend: str, choose: str) -> None:
     result = grade(task, task.gold_patch, backend=backend, timeout_s=DEFAULT_TIMEOUT_S)
     if not result.resolved:
-        raise PreflightError(_failure(f"grading the gold patch of the bundled task {task.instance_id}", backend,
-                                      result.reason, choose))
+        raise PreflightError(
+            _failure(f"grading the gold patch of the bundled task {task.instance_id}", backend, result.reason, choose)
+        )
 
 
 def _failure(what: str, backend: str, detail: str, choose: str) -> str:
@@ -71,8 +79,10 @@ def _failure(what: str, backend: str, detail: str, choose: str) -> str:
     if shutil.which("bwrap") is None and name != "bwrap":
         fixes.append("install bubblewrap (apt-get install bubblewrap), whose sandboxes bind the framework's Python in")
     fixes.append(f"choose a backend that works here with {choose} (starts here: {', '.join(available_backends())})")
-    return (f"sandbox preflight failed: {what} on the {name} sandbox backend: {detail}. "
-            f"Every grading would fail and score 0. Fix: {'; or '.join(fixes)}.")
+    return (
+        f"sandbox preflight failed: {what} on the {name} sandbox backend: {detail}. "
+        f"Every grading would fail and score 0. Fix: {'; or '.join(fixes)}."
+    )
 
 
 def _tail(text: str) -> str:

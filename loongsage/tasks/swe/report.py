@@ -1,4 +1,5 @@
 """The grade report (SWE-bench style) and the lines the commands print."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence

@@ -4,6 +4,7 @@ It never raises: a grading failure costs this sample its reward and is logged an
 returned in the metadata (`error`: the grader broke, not the patch), so one broken sandbox
 does not stop a run; the controller stops a step where every grading broke.
 """
+
 from __future__ import annotations
 
 import logging
@@ -48,8 +49,9 @@ class SweRewardFn:
     """The framework's `fn(response, label) -> float` reward shape for SWE tasks: the
     response is the patch and the label the task's instance_id."""
 
-    def __init__(self, tasks: Iterable[SweTask] | str | Path, backend: str = "auto",
-                 timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(
+        self, tasks: Iterable[SweTask] | str | Path, backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S
+    ) -> None:
         loaded = load_tasks(tasks) if isinstance(tasks, (str, Path)) else list(tasks)
         self.tasks = {task.instance_id: task for task in loaded}
         self.backend = backend

@@ -1,4 +1,5 @@
 """SWE tasks as a data source of agent episodes."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -13,8 +14,9 @@ DIFFICULTIES = ("easy", "medium", "hard")
 SHOWN_CHARS = 6000  # source shown in the prompt at most; bigger repositories are explored with tools
 
 
-def swe_tasks(path: str | None = None, difficulty: str | list[str] | None = None, limit: int | None = None,
-              show_files: bool = False) -> list[dict[str, Any]]:
+def swe_tasks(
+    path: str | None = None, difficulty: str | list[str] | None = None, limit: int | None = None, show_files: bool = False
+) -> list[dict[str, Any]]:
     """Items from a SWE task JSONL (default: the bundled suite), optionally only some difficulties."""
     tasks = load_tasks(path or BUNDLED_TASKS_PATH)
     if difficulty is not None:
@@ -28,8 +30,9 @@ def swe_tasks(path: str | None = None, difficulty: str | list[str] | None = None
     return task_items(tasks, show_files)
 
 
-def swe_synth(count: int = 256, seed: int = 0, start: int = 0, functions: int = 3,
-              show_files: bool = True) -> list[dict[str, Any]]:
+def swe_synth(
+    count: int = 256, seed: int = 0, start: int = 0, functions: int = 3, show_files: bool = True
+) -> list[dict[str, Any]]:
     """Synthesized tasks `start .. start+count-1` of generator `seed`: disjoint ranges (or
     seeds) give disjoint training, warm-start and held-out sets."""
     return task_items([synth_task(seed, index, functions) for index in range(start, start + count)], show_files)
@@ -39,8 +42,16 @@ def task_items(tasks: list[SweTask], show_files: bool) -> list[dict[str, Any]]:
     """Items `{"id", "prompt", "label" (instance_id), "task", "demonstration"}`: the prompt is the
     problem statement, followed by the source files (not the tests) when `show_files`; the
     demonstration is the gold patch as tool calls (None where it cannot be written as such)."""
-    return [{"id": task.instance_id, "prompt": task_prompt(task, show_files), "label": task.instance_id,
-             "task": task, "demonstration": gold_tool_calls(task)} for task in tasks]
+    return [
+        {
+            "id": task.instance_id,
+            "prompt": task_prompt(task, show_files),
+            "label": task.instance_id,
+            "task": task,
+            "demonstration": gold_tool_calls(task),
+        }
+        for task in tasks
+    ]
 
 
 def task_prompt(task: SweTask, show_files: bool) -> str:

@@ -9,6 +9,7 @@ Layout (an HF model directory plus trainer state):
   rng/rank{r}.pt                      torch, python and numpy RNG state of rank r
 The directory is made atomic by the caller (see loongsage.training.checkpoint_dir).
 """
+
 from __future__ import annotations
 
 import json
@@ -81,7 +82,8 @@ def load_rank(
     elif rank == 0:
         warnings.warn(
             f"checkpoint {src} was written by {state['world_size']} ranks, this group has "
-            f"trainer.world_size={world_size}: weights and optimizer restored, RNG state not"
+            f"trainer.world_size={world_size}: weights and optimizer restored, RNG state not",
+            stacklevel=2,
         )
     return int(state["step"])
 

@@ -1,4 +1,5 @@
 """Step metrics accumulated over micro-batches and reduced over ranks."""
+
 from __future__ import annotations
 
 import torch

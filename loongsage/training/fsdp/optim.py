@@ -1,4 +1,5 @@
 """AdamW with linear warmup to a constant learning rate."""
+
 from __future__ import annotations
 
 import torch
@@ -7,9 +8,7 @@ from torch import nn
 from loongsage.config.schema import TrainerConfig
 
 
-def build_optimizer(
-    model: nn.Module, settings: TrainerConfig
-) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+def build_optimizer(model: nn.Module, settings: TrainerConfig) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     optimizer = torch.optim.AdamW(
         model.parameters(),
         lr=settings.lr,

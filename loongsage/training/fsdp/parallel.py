@@ -4,10 +4,11 @@ Both strategies average gradients over ranks, take full (unsharded, HF-named) st
 dicts through `torch.distributed.checkpoint.state_dict`, and can skip the gradient
 all-reduce on all but the last micro-batch of a gradient-accumulation window.
 """
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 import torch.distributed as dist

@@ -1,4 +1,5 @@
 """How much each micro-batch weighs in the loss of the whole (all-rank) mini-batch."""
+
 from __future__ import annotations
 
 import torch

@@ -4,6 +4,7 @@ A plain class: TrainGroup runs one per rank as a Ray actor; tests and benchmarks
 it in-process. `setup()` joins the gloo process group, so every rank of a group must
 call it concurrently.
 """
+
 from __future__ import annotations
 
 import random
@@ -17,10 +18,11 @@ import torch.distributed as dist
 from torch import Tensor
 
 from loongsage import transfer
+from loongsage.algorithms.losses import token_logprobs
 from loongsage.cluster.cpu_placement import pin_this_process
 from loongsage.cluster.hosts import this_host
 from loongsage.cluster.placement import ray_gpu_ids
-from loongsage.algorithms.losses import token_logprobs
+from loongsage.config.schema import AlgorithmConfig, TrainerConfig
 from loongsage.models import load_causal_lm
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
@@ -36,7 +38,6 @@ from loongsage.training.fsdp.parallel import (
     wrap_model,
 )
 from loongsage.training.fsdp.shares import global_shares
-from loongsage.config.schema import AlgorithmConfig, TrainerConfig
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # Long enough for a slow rank to finish a checkpoint; a dead rank is caught by the group.
@@ -44,8 +45,9 @@ COLLECTIVE_TIMEOUT = timedelta(minutes=30)
 
 
 class TrainWorker:
-    def __init__(self, model_path: str, trainer: TrainerConfig, algo: AlgorithmConfig, seed: int, rank: int,
-                 cpus: list[int] | None = None):
+    def __init__(
+        self, model_path: str, trainer: TrainerConfig, algo: AlgorithmConfig, seed: int, rank: int, cpus: list[int] | None = None
+    ):
         if cpus:  # disaggregated placement: this rank's own cores, one thread each
             pin_this_process(cpus)
         torch.set_num_threads(len(cpus) if cpus else trainer.num_threads)
@@ -163,12 +165,18 @@ class TrainWorker:
             return None
         named = checkpoint.hf_weights(weights, self.tied_names).items()
         bucket_bytes = self.trainer.weight_sync_bucket_mb * 1024 * 1024
-        return transfer.push_weights(named, engine_urls, version, bucket_bytes, self.trainer.weight_sync_transport,
-                                     sender_host=this_host())
+        return transfer.push_weights(
+            named, engine_urls, version, bucket_bytes, self.trainer.weight_sync_transport, sender_host=this_host()
+        )
 
     def _optimizer_step(
-        self, micros: list[PackedBatch], olds: list[Tensor] | None, refs: list[Tensor] | None, sums: StepMetrics,
-        supervised: bool = False, policy_versions: tuple[float, float] | None = None,
+        self,
+        micros: list[PackedBatch],
+        olds: list[Tensor] | None,
+        refs: list[Tensor] | None,
+        sums: StepMetrics,
+        supervised: bool = False,
+        policy_versions: tuple[float, float] | None = None,
     ) -> None:
         self.model.train()
         weights = global_shares(micros, "token_mean" if supervised else self.algo.loss_aggregation)
@@ -177,9 +185,11 @@ class TrainWorker:
             old = olds[index] if olds else None
             with grad_sync(self.model, enabled=index == len(micros) - 1):
                 logits = self._forward(self.model, micro)
-                result = (supervised_objective(logits, micro) if supervised
-                          else micro_objective(logits, micro, old, refs[index] if refs else None, self.algo,
-                                               policy_versions))
+                result = (
+                    supervised_objective(logits, micro)
+                    if supervised
+                    else micro_objective(logits, micro, old, refs[index] if refs else None, self.algo, policy_versions)
+                )
                 # Ranks' gradients are averaged, so each rank scales by world_size to end
                 # with the global-batch loss, not the mean of per-rank losses.
                 (result.loss * (weights[index] * dist.get_world_size())).backward()

@@ -3,6 +3,7 @@
 `python -m loongsage.tasks.swe.suite` rebuilds data/swe_tasks.jsonl from the repositories
 written down in the repos_*.py modules.
 """
+
 from __future__ import annotations
 
 import json

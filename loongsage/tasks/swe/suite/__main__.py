@@ -1,4 +1,5 @@
 """`python -m loongsage.tasks.swe.suite [--out PATH]`: write the bundled suite as JSONL."""
+
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
 """Small applications: a date library, a unit-conversion CLI, a shopping cart."""
+
 from __future__ import annotations
 
 from loongsage.tasks.swe.suite.spec import Bug, SuiteTask, source
@@ -35,7 +36,7 @@ DATEKIT = {
             new_month += 1
             return new_year, new_month, min(day, days_in_month(new_year, new_month))
     '''),
-    "tests/test_datekit.py": source('''
+    "tests/test_datekit.py": source("""
         import pytest
 
         from datekit import add_months, day_of_year, days_in_month, is_leap_year
@@ -69,7 +70,7 @@ DATEKIT = {
 
         def test_add_months_clamps_day():
             assert add_months(2023, 1, 31, 1) == (2023, 2, 28)
-    '''),
+    """),
 }
 
 UNITCONV = {
@@ -113,7 +114,7 @@ UNITCONV = {
         if __name__ == "__main__":
             sys.exit(main())
     '''),
-    "tests/test_units.py": source('''
+    "tests/test_units.py": source("""
         import pytest
 
         from unitconv.units import convert
@@ -134,8 +135,8 @@ UNITCONV = {
         def test_unknown_unit():
             with pytest.raises(ValueError, match="parsec"):
                 convert(1, "m", "parsec")
-    '''),
-    "tests/test_cli.py": source('''
+    """),
+    "tests/test_cli.py": source("""
         from unitconv.cli import main
 
 
@@ -152,7 +153,7 @@ UNITCONV = {
         def test_cli_unknown_unit(capsys):
             assert main(["1", "parsec", "m"]) == 1
             assert "unknown unit 'parsec'" in capsys.readouterr().err
-    '''),
+    """),
 }
 
 SHOP = {
@@ -201,7 +202,7 @@ SHOP = {
                     for line in self.lines.values()
                 )
     '''),
-    "tests/test_pricing.py": source('''
+    "tests/test_pricing.py": source("""
         import pytest
 
         from shop.pricing import apply_discount, bulk_discount
@@ -218,8 +219,8 @@ SHOP = {
 
         def test_bulk_tiers():
             assert [bulk_discount(q) for q in (1, 10, 99, 100)] == [0, 5, 5, 15]
-    '''),
-    "tests/test_cart.py": source('''
+    """),
+    "tests/test_cart.py": source("""
         import pytest
 
         from shop.cart import Cart
@@ -252,14 +253,14 @@ SHOP = {
             assert cart.total_cents() == 0
             with pytest.raises(KeyError):
                 cart.remove("pen")
-    '''),
+    """),
 }
 
 TASKS = [
     SuiteTask(
         instance_id="datekit__leap-year",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `is_leap_year` in datekit.py says 2024 is not a leap year
 
             ```python
@@ -272,7 +273,7 @@ TASKS = [
 
             Expected `True` and `29`. A year is a leap year when it is divisible by 4, except
             centuries, which must be divisible by 400.
-        ''',
+        """,
         files=DATEKIT,
         bugs=(Bug("datekit.py", "(year % 100 != 0 or year % 400 == 0)", "(year % 100 != 0 and year % 400 == 0)"),),
         fail_to_pass=("tests/test_datekit.py::test_leap_years", "tests/test_datekit.py::test_february_in_leap_year"),
@@ -285,7 +286,7 @@ TASKS = [
     SuiteTask(
         instance_id="datekit__add-months-clamp",
         difficulty="medium",
-        problem_statement='''
+        problem_statement="""
             add_months produces dates that do not exist
 
             ```python
@@ -296,10 +297,15 @@ TASKS = [
 
             Expected `(2023, 2, 28)`: when the day does not exist in the new month, the
             result should be that month's last day, as the docstring says.
-        ''',
+        """,
         files=DATEKIT,
-        bugs=(Bug("datekit.py", "return new_year, new_month, min(day, days_in_month(new_year, new_month))",
-                  "return new_year, new_month, day"),),
+        bugs=(
+            Bug(
+                "datekit.py",
+                "return new_year, new_month, min(day, days_in_month(new_year, new_month))",
+                "return new_year, new_month, day",
+            ),
+        ),
         fail_to_pass=("tests/test_datekit.py::test_add_months_clamps_day",),
         pass_to_pass=(
             "tests/test_datekit.py::test_add_months_across_year",
@@ -310,7 +316,7 @@ TASKS = [
     SuiteTask(
         instance_id="unitconv__convert-inverted",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `convert` in unitconv/units.py divides where it should multiply
 
             ```python
@@ -321,10 +327,15 @@ TASKS = [
 
             Expected `2000`. The command line is wrong as well:
             `python -m unitconv.cli 2 km m` prints `0.00 m` instead of `2000.00 m`.
-        ''',
+        """,
         files=UNITCONV,
-        bugs=(Bug("unitconv/units.py", "METERS_PER_UNIT[from_unit] / METERS_PER_UNIT[to_unit]",
-                  "METERS_PER_UNIT[to_unit] / METERS_PER_UNIT[from_unit]"),),
+        bugs=(
+            Bug(
+                "unitconv/units.py",
+                "METERS_PER_UNIT[from_unit] / METERS_PER_UNIT[to_unit]",
+                "METERS_PER_UNIT[to_unit] / METERS_PER_UNIT[from_unit]",
+            ),
+        ),
         fail_to_pass=("tests/test_units.py::test_km_to_m", "tests/test_cli.py::test_cli_converts"),
         pass_to_pass=(
             "tests/test_units.py::test_same_unit",
@@ -335,7 +346,7 @@ TASKS = [
     SuiteTask(
         instance_id="unitconv__cli-argument-order",
         difficulty="medium",
-        problem_statement='''
+        problem_statement="""
             The unitconv command converts in the wrong direction
 
             ```
@@ -345,10 +356,15 @@ TASKS = [
 
             Expected `2000.00 m`. Calling `unitconv.units.convert(2, "km", "m")` directly
             gives the right answer (2000.0), so the problem is in the command line.
-        ''',
+        """,
         files=UNITCONV,
-        bugs=(Bug("unitconv/cli.py", "convert(args.value, args.from_unit, args.to_unit)",
-                  "convert(args.value, args.to_unit, args.from_unit)"),),
+        bugs=(
+            Bug(
+                "unitconv/cli.py",
+                "convert(args.value, args.from_unit, args.to_unit)",
+                "convert(args.value, args.to_unit, args.from_unit)",
+            ),
+        ),
         fail_to_pass=("tests/test_cli.py::test_cli_converts", "tests/test_cli.py::test_cli_precision"),
         pass_to_pass=(
             "tests/test_cli.py::test_cli_unknown_unit",
@@ -359,7 +375,7 @@ TASKS = [
     SuiteTask(
         instance_id="unitconv__cli-exit-code",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `main` in unitconv/cli.py exits with status 0 for an unknown unit
 
             ```python
@@ -371,7 +387,7 @@ TASKS = [
 
             The error message is right, but the exit status is 0. Expected `1`, so that
             scripts notice the failure.
-        ''',
+        """,
         files=UNITCONV,
         bugs=(Bug("unitconv/cli.py", "        return 1\n", "        return 0\n"),),
         fail_to_pass=("tests/test_cli.py::test_cli_unknown_unit",),
@@ -384,7 +400,7 @@ TASKS = [
     SuiteTask(
         instance_id="shop__add-same-item",
         difficulty="medium",
-        problem_statement='''
+        problem_statement="""
             Adding an item that is already in the cart replaces its quantity
 
             ```python
@@ -397,7 +413,7 @@ TASKS = [
             ```
 
             Expected `450` (three pens): adding should increase the quantity.
-        ''',
+        """,
         files=SHOP,
         bugs=(Bug("shop/cart.py", 'line["quantity"] += quantity', 'line["quantity"] = quantity'),),
         fail_to_pass=("tests/test_cart.py::test_adding_same_item_twice",),
@@ -411,7 +427,7 @@ TASKS = [
     SuiteTask(
         instance_id="shop__bulk-discount-tiers",
         difficulty="hard",
-        problem_statement='''
+        problem_statement="""
             Buying 100 items only gives the 5% discount
 
             ```python
@@ -423,11 +439,15 @@ TASKS = [
             ```
 
             Expected `850`: from 100 pieces the discount is 15%, from 10 pieces 5%.
-        ''',
+        """,
         files=SHOP,
-        bugs=(Bug("shop/pricing.py",
-                  "    if quantity >= 100:\n        return 15\n    if quantity >= 10:\n        return 5\n",
-                  "    if quantity >= 10:\n        return 5\n    if quantity >= 100:\n        return 15\n"),),
+        bugs=(
+            Bug(
+                "shop/pricing.py",
+                "    if quantity >= 100:\n        return 15\n    if quantity >= 10:\n        return 5\n",
+                "    if quantity >= 10:\n        return 5\n    if quantity >= 100:\n        return 15\n",
+            ),
+        ),
         fail_to_pass=("tests/test_cart.py::test_bulk_discount_applies", "tests/test_pricing.py::test_bulk_tiers"),
         pass_to_pass=(
             "tests/test_cart.py::test_total_single_item",

@@ -1,4 +1,5 @@
 """Number helpers: statistics, temperature, roman numerals, money, pagination, backoff."""
+
 from __future__ import annotations
 
 from loongsage.tasks.swe.suite.spec import Bug, SuiteTask, source
@@ -30,7 +31,7 @@ NUMUTIL = {
                 return ordered[middle]
             return (ordered[middle - 1] + ordered[middle]) / 2
     '''),
-    "tests/test_numutil.py": source('''
+    "tests/test_numutil.py": source("""
         import pytest
 
         from numutil import clamp, mean, median
@@ -72,7 +73,7 @@ NUMUTIL = {
         def test_median_empty():
             with pytest.raises(ValueError):
                 median([])
-    '''),
+    """),
 }
 
 TEMPERATURE = {
@@ -95,7 +96,7 @@ TEMPERATURE = {
                 raise ValueError(f"{celsius} C is below absolute zero")
             return celsius - ABSOLUTE_ZERO_C
     '''),
-    "tests/test_temperature.py": source('''
+    "tests/test_temperature.py": source("""
         import pytest
 
         from temperature import celsius_to_fahrenheit, celsius_to_kelvin, fahrenheit_to_celsius
@@ -124,7 +125,7 @@ TEMPERATURE = {
         def test_below_absolute_zero():
             with pytest.raises(ValueError):
                 celsius_to_kelvin(-300)
-    '''),
+    """),
 }
 
 ROMAN = {
@@ -159,7 +160,7 @@ ROMAN = {
                     total += value
             return total
     '''),
-    "tests/test_roman.py": source('''
+    "tests/test_roman.py": source("""
         import pytest
 
         from roman import from_roman, to_roman
@@ -192,7 +193,7 @@ ROMAN = {
 
         def test_from_roman_subtractive():
             assert from_roman("MCMXCIV") == 1994
-    '''),
+    """),
 }
 
 MONEY = {
@@ -214,7 +215,7 @@ MONEY = {
             share, remainder = divmod(total_cents, people)
             return [share + 1 if index < remainder else share for index in range(people)]
     '''),
-    "tests/test_money.py": source('''
+    "tests/test_money.py": source("""
         import pytest
 
         from money import format_cents, split_evenly
@@ -247,7 +248,7 @@ MONEY = {
         def test_split_needs_people():
             with pytest.raises(ValueError):
                 split_evenly(100, 0)
-    '''),
+    """),
 }
 
 PAGINATION = {
@@ -267,7 +268,7 @@ PAGINATION = {
             start = (page - 1) * per_page
             return items[start:start + per_page]
     '''),
-    "tests/test_pagination.py": source('''
+    "tests/test_pagination.py": source("""
         import pytest
 
         from pagination import page_count, page_items
@@ -296,7 +297,7 @@ PAGINATION = {
         def test_page_zero_rejected():
             with pytest.raises(ValueError):
                 page_items([1, 2], 0, 10)
-    '''),
+    """),
 }
 
 BACKOFF = {
@@ -314,7 +315,7 @@ BACKOFF = {
         def total_wait(base, factor, retries, cap):
             return sum(delays(base, factor, retries, cap))
     '''),
-    "tests/test_backoff.py": source('''
+    "tests/test_backoff.py": source("""
         import pytest
 
         from backoff import delays, total_wait
@@ -339,14 +340,14 @@ BACKOFF = {
 
         def test_total_wait():
             assert total_wait(1, 2, 4, 100) == 15
-    '''),
+    """),
 }
 
 TASKS = [
     SuiteTask(
         instance_id="numutil__clamp-upper-bound",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `clamp` in numutil.py returns the lower bound for almost every value
 
             `clamp(value, low, high)` in `numutil.py` should limit a value to the range
@@ -362,7 +363,7 @@ TASKS = [
 
             Expected `10` for the first call (the value is above the range) and `5` for the
             second (the value is inside the range).
-        ''',
+        """,
         files=NUMUTIL,
         bugs=(Bug("numutil.py", "min(value, high)", "min(value, low)"),),
         fail_to_pass=(
@@ -379,7 +380,7 @@ TASKS = [
     SuiteTask(
         instance_id="numutil__median-even-length",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `median` in numutil.py rounds down for lists of even length
 
             The median of an even number of values should be the average of the two middle
@@ -392,7 +393,7 @@ TASKS = [
             ```
 
             Expected `2.5`.
-        ''',
+        """,
         files=NUMUTIL,
         bugs=(Bug("numutil.py", "ordered[middle]) / 2", "ordered[middle]) // 2"),),
         fail_to_pass=("tests/test_numutil.py::test_median_even_length",),
@@ -406,7 +407,7 @@ TASKS = [
     SuiteTask(
         instance_id="numutil__mean-divisor",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `mean` in numutil.py gives values that are too large
 
             `mean` in `numutil.py` should be the sum divided by the number of values:
@@ -419,7 +420,7 @@ TASKS = [
 
             Expected `5.0`. For a single value it even raises `ZeroDivisionError`
             (`mean([7])`), where `7.0` is expected.
-        ''',
+        """,
         files=NUMUTIL,
         bugs=(Bug("numutil.py", "sum(values) / len(values)", "sum(values) / (len(values) - 1)"),),
         fail_to_pass=("tests/test_numutil.py::test_mean", "tests/test_numutil.py::test_mean_of_one_value"),
@@ -432,7 +433,7 @@ TASKS = [
     SuiteTask(
         instance_id="temperature__fahrenheit-factor",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `celsius_to_fahrenheit` in temperature.py returns wrong values
 
             ```python
@@ -443,7 +444,7 @@ TASKS = [
 
             Water boils at 212 F, so I expected `212`. The conversion should be
             `celsius * 9 / 5 + 32`; it looks like the factor is upside down.
-        ''',
+        """,
         files=TEMPERATURE,
         bugs=(Bug("temperature.py", "celsius * 9 / 5 + 32", "celsius * 5 / 9 + 32"),),
         fail_to_pass=(
@@ -459,7 +460,7 @@ TASKS = [
     SuiteTask(
         instance_id="temperature__celsius-precedence",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `fahrenheit_to_celsius` in temperature.py is wrong for every input
 
             ```python
@@ -471,7 +472,7 @@ TASKS = [
             ```
 
             Expected `100` and `0`: 32 should be subtracted before multiplying by 5/9.
-        ''',
+        """,
         files=TEMPERATURE,
         bugs=(Bug("temperature.py", "(fahrenheit - 32) * 5 / 9", "fahrenheit - 32 * 5 / 9"),),
         fail_to_pass=(
@@ -487,7 +488,7 @@ TASKS = [
     SuiteTask(
         instance_id="roman__from-roman-repeated",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `from_roman` in roman.py returns 0 for repeated numerals
 
             ```python
@@ -500,7 +501,7 @@ TASKS = [
 
             Expected `20` and `8`. A numeral should only be subtracted when the next one is
             strictly larger (as in "IV"), not when it is equal.
-        ''',
+        """,
         files=ROMAN,
         bugs=(Bug("roman.py", "_VALUES[text[index + 1]] > value", "_VALUES[text[index + 1]] >= value"),),
         fail_to_pass=("tests/test_roman.py::test_from_roman_repeated", "tests/test_roman.py::test_from_roman_simple"),
@@ -509,7 +510,7 @@ TASKS = [
     SuiteTask(
         instance_id="roman__to-roman-nine-hundred",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `to_roman` in roman.py writes 900 wrongly
 
             ```python
@@ -519,7 +520,7 @@ TASKS = [
             ```
 
             Expected `'MCMXCIV'`: 900 is written "CM" (100 before 1000), not "MC".
-        ''',
+        """,
         files=ROMAN,
         bugs=(Bug("roman.py", '(900, "CM")', '(900, "MC")'),),
         fail_to_pass=("tests/test_roman.py::test_to_roman_subtractive",),
@@ -532,7 +533,7 @@ TASKS = [
     SuiteTask(
         instance_id="roman__to-roman-forty",
         difficulty="medium",
-        problem_statement='''
+        problem_statement="""
             Numbers with a 4 in the tens place come out as XXXX
 
             ```python
@@ -542,7 +543,7 @@ TASKS = [
             ```
 
             Expected `'XLVIII'`. `to_roman(1994)` works, so only forty seems affected.
-        ''',
+        """,
         files=ROMAN,
         bugs=(Bug("roman.py", '(50, "L"), (40, "XL"),', '(50, "L"),'),),
         fail_to_pass=("tests/test_roman.py::test_to_roman_forty",),
@@ -555,7 +556,7 @@ TASKS = [
     SuiteTask(
         instance_id="money__format-cents-padding",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `format_cents` in money.py drops the leading zero of the cents
 
             ```python
@@ -565,7 +566,7 @@ TASKS = [
             ```
 
             Expected `'$1.05'`. Amounts with 10 cents or more look right ("$12,345.67").
-        ''',
+        """,
         files=MONEY,
         bugs=(Bug("money.py", "{rest:02d}", "{rest}"),),
         fail_to_pass=("tests/test_money.py::test_format_small_cents",),
@@ -578,7 +579,7 @@ TASKS = [
     SuiteTask(
         instance_id="money__split-evenly-remainder",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `split_evenly` in money.py hands out one cent too many
 
             ```python
@@ -589,7 +590,7 @@ TASKS = [
 
             That adds up to 1001. Expected `[334, 333, 333]`: only as many people as the
             remainder (here 1) should get the extra cent.
-        ''',
+        """,
         files=MONEY,
         bugs=(Bug("money.py", "index < remainder", "index <= remainder"),),
         fail_to_pass=(
@@ -605,7 +606,7 @@ TASKS = [
     SuiteTask(
         instance_id="pagination__page-count-rounding",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `page_count` in pagination.py forgets the last, partly filled page
 
             ```python
@@ -615,7 +616,7 @@ TASKS = [
             ```
 
             Expected `3`: 21 items at 10 per page need three pages.
-        ''',
+        """,
         files=PAGINATION,
         bugs=(Bug("pagination.py", "(total + per_page - 1) // per_page", "total // per_page"),),
         fail_to_pass=("tests/test_pagination.py::test_page_count_partial_last_page",),
@@ -628,7 +629,7 @@ TASKS = [
     SuiteTask(
         instance_id="pagination__page-items-offset",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `page_items` in pagination.py skips the first page
 
             Pages are numbered from 1, but `page_items` returns the items of the next page:
@@ -640,7 +641,7 @@ TASKS = [
             ```
 
             Expected `[0, 1, ..., 9]`.
-        ''',
+        """,
         files=PAGINATION,
         bugs=(Bug("pagination.py", "start = (page - 1) * per_page", "start = page * per_page"),),
         fail_to_pass=("tests/test_pagination.py::test_first_page", "tests/test_pagination.py::test_last_page"),
@@ -652,7 +653,7 @@ TASKS = [
     SuiteTask(
         instance_id="backoff__delays-growth",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `delays` in backoff.py grows linearly instead of exponentially
 
             ```python
@@ -662,7 +663,7 @@ TASKS = [
             ```
 
             Expected `[1, 2, 4, 8, 16]`: each delay should be `base * factor ** attempt`.
-        ''',
+        """,
         files=BACKOFF,
         bugs=(Bug("backoff.py", "base * factor ** attempt", "base * factor * attempt"),),
         fail_to_pass=(

@@ -1,4 +1,5 @@
 """Parsers: key=value pairs, CSV lines, durations, versions, INI files, arithmetic."""
+
 from __future__ import annotations
 
 from loongsage.tasks.swe.suite.spec import Bug, SuiteTask, source
@@ -24,7 +25,7 @@ KVPARSE = {
         def format_pairs(pairs, separator="; "):
             return separator.join(f"{key}={value}" for key, value in pairs.items())
     '''),
-    "tests/test_kvparse.py": source('''
+    "tests/test_kvparse.py": source("""
         import pytest
 
         from kvparse import format_pairs, parse_pairs
@@ -50,7 +51,7 @@ KVPARSE = {
         def test_round_trip():
             pairs = {"a": "1", "b": "two"}
             assert parse_pairs(format_pairs(pairs)) == pairs
-    '''),
+    """),
 }
 
 CSVLINE = {
@@ -151,7 +152,7 @@ DURATION = {
                     parts.append(f"{count}{unit}")
             return "".join(parts) or "0s"
     '''),
-    "tests/test_duration.py": source('''
+    "tests/test_duration.py": source("""
         import pytest
 
         from duration import format_duration, parse_duration
@@ -180,7 +181,7 @@ DURATION = {
 
         def test_format_zero():
             assert format_duration(0) == "0s"
-    '''),
+    """),
 }
 
 SEMVER = {
@@ -211,7 +212,7 @@ SEMVER = {
                 return f"{major}.{minor}.{patch + 1}"
             raise ValueError(f"unknown part {part!r}")
     '''),
-    "tests/test_semver.py": source('''
+    "tests/test_semver.py": source("""
         import pytest
 
         from semver import bump, compare_versions, parse_version
@@ -240,7 +241,7 @@ SEMVER = {
         def test_bump_unknown_part():
             with pytest.raises(ValueError):
                 bump("1.0.0", "build")
-    '''),
+    """),
 }
 
 INIPARSE = {
@@ -264,7 +265,7 @@ INIPARSE = {
                     raise ValueError(f"line {number}: cannot parse {raw!r}")
             return sections
     '''),
-    "tests/test_iniparse.py": source('''
+    "tests/test_iniparse.py": source("""
         import pytest
 
         from iniparse import parse_ini
@@ -291,7 +292,7 @@ INIPARSE = {
         def test_garbage_line():
             with pytest.raises(ValueError, match="line 2"):
                 parse_ini("[a]\\nnot a pair\\n")
-    '''),
+    """),
 }
 
 CALC = {
@@ -362,7 +363,7 @@ CALC = {
             else:
                 output.append(left / right)
     '''),
-    "tests/test_calc.py": source('''
+    "tests/test_calc.py": source("""
         import pytest
 
         from calc.evaluate import evaluate
@@ -392,14 +393,14 @@ CALC = {
         def test_unbalanced():
             with pytest.raises(ValueError):
                 evaluate("(1 + 2")
-    '''),
+    """),
 }
 
 TASKS = [
     SuiteTask(
         instance_id="kvparse__value-with-equals",
         difficulty="medium",
-        problem_statement='''
+        problem_statement="""
             parse_pairs crashes on values that contain "="
 
             ```python
@@ -410,7 +411,7 @@ TASKS = [
 
             Expected `{"token": "abc==", "x": "1"}`: only the first "=" separates the key from
             the value (base64 tokens end with "=").
-        ''',
+        """,
         files=KVPARSE,
         bugs=(Bug("kvparse.py", 'chunk.split("=", 1)', 'chunk.split("=")'),),
         fail_to_pass=("tests/test_kvparse.py::test_value_with_equals_sign",),
@@ -423,7 +424,7 @@ TASKS = [
     SuiteTask(
         instance_id="kvparse__trailing-separator",
         difficulty="medium",
-        problem_statement='''
+        problem_statement="""
             A trailing ";" makes parse_pairs fail
 
             ```python
@@ -434,7 +435,7 @@ TASKS = [
 
             Expected `{"a": "1"}`: empty chunks (after a trailing separator or between two
             separators) should be ignored.
-        ''',
+        """,
         files=KVPARSE,
         bugs=(Bug("kvparse.py", "        if not chunk:\n            continue\n", ""),),
         fail_to_pass=("tests/test_kvparse.py::test_trailing_separator",),
@@ -447,7 +448,7 @@ TASKS = [
     SuiteTask(
         instance_id="csvline__escaped-quote",
         difficulty="hard",
-        problem_statement='''
+        problem_statement="""
             Doubled quotes inside a quoted CSV field are mangled
 
             In CSV, `""` inside a quoted field stands for one literal quote:
@@ -460,10 +461,15 @@ TASKS = [
 
             Expected `['12" pipe, steel', '4']`: the quoted field ends at the last quote, not
             at the doubled one.
-        ''',
+        """,
         files=CSVLINE,
-        bugs=(Bug("csvline.py", "                current.append('\"')\n                index += 1\n",
-                  "                current.append('\"')\n"),),
+        bugs=(
+            Bug(
+                "csvline.py",
+                "                current.append('\"')\n                index += 1\n",
+                "                current.append('\"')\n",
+            ),
+        ),
         fail_to_pass=("tests/test_csvline.py::test_escaped_quote",),
         pass_to_pass=(
             "tests/test_csvline.py::test_plain_fields",
@@ -474,7 +480,7 @@ TASKS = [
     SuiteTask(
         instance_id="csvline__last-field",
         difficulty="medium",
-        problem_statement='''
+        problem_statement="""
             split_csv_line drops the last field
 
             ```python
@@ -485,7 +491,7 @@ TASKS = [
 
             Expected `['a', 'b', 'c']`. With a trailing comma (`"a,b,"`) the empty last field
             is missing too.
-        ''',
+        """,
         files=CSVLINE,
         bugs=(Bug("csvline.py", '        index += 1\n    fields.append("".join(current))\n', "        index += 1\n"),),
         fail_to_pass=(
@@ -498,7 +504,7 @@ TASKS = [
     SuiteTask(
         instance_id="duration__hour-constant",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `parse_duration` in duration.py gets hours wrong
 
             ```python
@@ -508,7 +514,7 @@ TASKS = [
             ```
 
             Expected `5400` (one hour is 3600 seconds). Minutes, seconds and days are fine.
-        ''',
+        """,
         files=DURATION,
         bugs=(Bug("duration.py", '"h": 3600', '"h": 360'),),
         fail_to_pass=("tests/test_duration.py::test_parse_hours", "tests/test_duration.py::test_format_mixed"),
@@ -521,7 +527,7 @@ TASKS = [
     SuiteTask(
         instance_id="duration__format-divmod",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `format_duration` in duration.py crashes or prints nonsense
 
             ```python
@@ -533,7 +539,7 @@ TASKS = [
             ```
 
             Expected `'1h2m5s'` and `'0s'`. The arguments of `divmod` in the loop look swapped.
-        ''',
+        """,
         files=DURATION,
         bugs=(Bug("duration.py", "divmod(seconds, size)", "divmod(size, seconds)"),),
         fail_to_pass=("tests/test_duration.py::test_format_mixed", "tests/test_duration.py::test_format_zero"),
@@ -546,7 +552,7 @@ TASKS = [
     SuiteTask(
         instance_id="semver__numeric-compare",
         difficulty="medium",
-        problem_statement='''
+        problem_statement="""
             compare_versions says 1.10.0 is older than 1.9.0
 
             ```python
@@ -556,7 +562,7 @@ TASKS = [
             ```
 
             Expected `1`. Version parts must be compared as numbers, not as text.
-        ''',
+        """,
         files=SEMVER,
         bugs=(Bug("semver.py", "return tuple(int(part) for part in parts)", "return tuple(parts)"),),
         fail_to_pass=(
@@ -568,7 +574,7 @@ TASKS = [
     SuiteTask(
         instance_id="semver__bump-minor",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `bump` in semver.py keeps the patch number when bumping the minor version
 
             ```python
@@ -578,7 +584,7 @@ TASKS = [
             ```
 
             Expected `'1.5.0'`: bumping the minor version resets the patch to 0.
-        ''',
+        """,
         files=SEMVER,
         bugs=(Bug("semver.py", 'return f"{major}.{minor + 1}.0"', 'return f"{major}.{minor + 1}.{patch}"'),),
         fail_to_pass=("tests/test_semver.py::test_bump_minor_resets_patch",),
@@ -591,7 +597,7 @@ TASKS = [
     SuiteTask(
         instance_id="iniparse__comments",
         difficulty="medium",
-        problem_statement='''
+        problem_statement="""
             parse_ini rejects files with comments
 
             ```python
@@ -601,7 +607,7 @@ TASKS = [
             ```
 
             Expected `{"a": {"k": "v"}}`: lines starting with ";" or "#" are comments.
-        ''',
+        """,
         files=INIPARSE,
         bugs=(Bug("iniparse.py", 'if not line or line[0] in ";#":', "if not line:"),),
         fail_to_pass=("tests/test_iniparse.py::test_comments_and_blank_lines",),
@@ -614,7 +620,7 @@ TASKS = [
     SuiteTask(
         instance_id="calc__left-associative",
         difficulty="hard",
-        problem_statement='''
+        problem_statement="""
             Chained subtraction and division give wrong results
 
             ```python
@@ -627,10 +633,15 @@ TASKS = [
 
             Expected `5` and `8.0`: operators of the same precedence must be applied from left
             to right. `evaluate("2 + 3 * 4")` is right (14).
-        ''',
+        """,
         files=CALC,
-        bugs=(Bug("calc/evaluate.py", "_PRECEDENCE[operators[-1]] >= _PRECEDENCE[token]",
-                  "_PRECEDENCE[operators[-1]] > _PRECEDENCE[token]"),),
+        bugs=(
+            Bug(
+                "calc/evaluate.py",
+                "_PRECEDENCE[operators[-1]] >= _PRECEDENCE[token]",
+                "_PRECEDENCE[operators[-1]] > _PRECEDENCE[token]",
+            ),
+        ),
         fail_to_pass=(
             "tests/test_calc.py::test_subtraction_is_left_associative",
             "tests/test_calc.py::test_division_is_left_associative",
@@ -645,7 +656,7 @@ TASKS = [
     SuiteTask(
         instance_id="calc__decimal-numbers",
         difficulty="hard",
-        problem_statement='''
+        problem_statement="""
             Decimal numbers are split into two tokens
 
             ```python
@@ -656,7 +667,7 @@ TASKS = [
 
             Expected `[2, '*', '(', 3.5, '+', 1, ')']`, and `evaluate("3.5 * 2")` should be
             `7.0`.
-        ''',
+        """,
         files=CALC,
         bugs=(Bug("calc/tokens.py", 'r"\\s*(?:(\\d+\\.?\\d*)|(.))"', 'r"\\s*(?:(\\d+)|(.))"'),),
         fail_to_pass=("tests/test_calc.py::test_tokenize",),

@@ -1,4 +1,5 @@
 """Small data structures and algorithms: ring buffer, LRU cache, intervals, search, graphs."""
+
 from __future__ import annotations
 
 from loongsage.tasks.swe.suite.spec import Bug, SuiteTask, source
@@ -32,7 +33,7 @@ RINGBUFFER = {
             def __len__(self):
                 return len(self._items)
     '''),
-    "tests/test_ringbuffer.py": source('''
+    "tests/test_ringbuffer.py": source("""
         import pytest
 
         from ringbuffer import RingBuffer
@@ -67,7 +68,7 @@ RINGBUFFER = {
         def test_bad_capacity():
             with pytest.raises(ValueError):
                 RingBuffer(0)
-    '''),
+    """),
 }
 
 LRU = {
@@ -100,7 +101,7 @@ LRU = {
             def __len__(self):
                 return len(self._data)
     '''),
-    "tests/test_lrucache.py": source('''
+    "tests/test_lrucache.py": source("""
         from lrucache import LRUCache
 
 
@@ -136,7 +137,7 @@ LRU = {
             cache.put("a", 5)
             assert len(cache) == 1
             assert cache.get("a") == 5
-    '''),
+    """),
 }
 
 INTERVALS = {
@@ -158,7 +159,7 @@ INTERVALS = {
         def total_length(intervals):
             return sum(end - start for start, end in merge_intervals(intervals))
     '''),
-    "tests/test_intervals.py": source('''
+    "tests/test_intervals.py": source("""
         from intervals import merge_intervals, total_length
 
 
@@ -184,7 +185,7 @@ INTERVALS = {
 
         def test_empty():
             assert merge_intervals([]) == []
-    '''),
+    """),
 }
 
 BINSEARCH = {
@@ -205,7 +206,7 @@ BINSEARCH = {
                     high = middle - 1
             return -1
     '''),
-    "tests/test_binsearch.py": source('''
+    "tests/test_binsearch.py": source("""
         from binsearch import binary_search
 
 
@@ -227,7 +228,7 @@ BINSEARCH = {
 
         def test_empty():
             assert binary_search([], 1) == -1
-    '''),
+    """),
 }
 
 GRAPH = {
@@ -273,7 +274,7 @@ GRAPH = {
                         seen.add(neighbour)
                         stack.append(neighbour)
     '''),
-    "tests/test_graphs.py": source('''
+    "tests/test_graphs.py": source("""
         from graphs import reachable, shortest_path
 
         GRAPH = {
@@ -304,7 +305,7 @@ GRAPH = {
 
         def test_reachable():
             assert reachable(GRAPH, "c") == {"c", "d", "e"}
-    '''),
+    """),
 }
 
 BRACKETS = {
@@ -337,7 +338,7 @@ BRACKETS = {
                         return index
             return -1
     '''),
-    "tests/test_brackets.py": source('''
+    "tests/test_brackets.py": source("""
         from brackets import first_unmatched, is_balanced
 
 
@@ -363,14 +364,14 @@ BRACKETS = {
 
         def test_first_unmatched_none():
             assert first_unmatched("(())") == -1
-    '''),
+    """),
 }
 
 TASKS = [
     SuiteTask(
         instance_id="ringbuffer__capacity-off-by-one",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `RingBuffer` in ringbuffer.py holds one item less than its capacity
 
             ```python
@@ -384,7 +385,7 @@ TASKS = [
 
             Expected `[0, 1, 2]`: the oldest item should only be dropped once the buffer has
             more than `capacity` items (see `push`).
-        ''',
+        """,
         files=RINGBUFFER,
         bugs=(Bug("ringbuffer.py", "len(self._items) > self.capacity", "len(self._items) >= self.capacity"),),
         fail_to_pass=(
@@ -396,7 +397,7 @@ TASKS = [
     SuiteTask(
         instance_id="ringbuffer__drops-newest",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `RingBuffer.push` in ringbuffer.py throws away the new item instead of the oldest
 
             ```python
@@ -409,7 +410,7 @@ TASKS = [
             ```
 
             Expected `['b', 'c']`: a full buffer should keep the most recent items.
-        ''',
+        """,
         files=RINGBUFFER,
         bugs=(Bug("ringbuffer.py", "self._items.pop(0)", "self._items.pop()"),),
         fail_to_pass=("tests/test_ringbuffer.py::test_drops_oldest",),
@@ -422,7 +423,7 @@ TASKS = [
     SuiteTask(
         instance_id="lrucache__evicts-newest",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `LRUCache.put` in lrucache.py evicts the entry that was just added
 
             ```python
@@ -437,7 +438,7 @@ TASKS = [
             Expected `cache.get("c") == 3` and `cache.get("a") is None`: when the cache is
             full, the least recently used entry should go (`popitem` takes it from the front
             when `last=False`).
-        ''',
+        """,
         files=LRU,
         bugs=(Bug("lrucache.py", "self._data.popitem(last=False)", "self._data.popitem(last=True)"),),
         fail_to_pass=(
@@ -449,7 +450,7 @@ TASKS = [
     SuiteTask(
         instance_id="lrucache__get-not-refreshing",
         difficulty="medium",
-        problem_statement='''
+        problem_statement="""
             Reading an entry does not protect it from eviction
 
             ```python
@@ -464,10 +465,13 @@ TASKS = [
 
             Expected `1` for the last call and `"b"` to be evicted instead. It behaves like a
             FIFO queue, not an LRU cache.
-        ''',
+        """,
         files=LRU,
-        bugs=(Bug("lrucache.py", "            return default\n        self._data.move_to_end(key)\n",
-                  "            return default\n"),),
+        bugs=(
+            Bug(
+                "lrucache.py", "            return default\n        self._data.move_to_end(key)\n", "            return default\n"
+            ),
+        ),
         fail_to_pass=("tests/test_lrucache.py::test_get_refreshes_entry",),
         pass_to_pass=(
             "tests/test_lrucache.py::test_get_and_put",
@@ -478,7 +482,7 @@ TASKS = [
     SuiteTask(
         instance_id="intervals__touching",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `merge_intervals` in intervals.py does not merge touching intervals
 
             ```python
@@ -488,7 +492,7 @@ TASKS = [
             ```
 
             Expected `[(1, 3)]`: the intervals are closed, so they share the point 2.
-        ''',
+        """,
         files=INTERVALS,
         bugs=(Bug("intervals.py", "start <= merged[-1][1]", "start < merged[-1][1]"),),
         fail_to_pass=("tests/test_intervals.py::test_touching",),
@@ -501,7 +505,7 @@ TASKS = [
     SuiteTask(
         instance_id="intervals__contained",
         difficulty="medium",
-        problem_statement='''
+        problem_statement="""
             An interval inside another one shrinks the result
 
             ```python
@@ -511,7 +515,7 @@ TASKS = [
             ```
 
             Expected `[(1, 10)]`. `total_length` is wrong for the same input.
-        ''',
+        """,
         files=INTERVALS,
         bugs=(Bug("intervals.py", "merged[-1][1] = max(merged[-1][1], end)", "merged[-1][1] = end"),),
         fail_to_pass=("tests/test_intervals.py::test_contained",),
@@ -524,7 +528,7 @@ TASKS = [
     SuiteTask(
         instance_id="binsearch__single-element",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `binary_search` in binsearch.py misses the last candidate
 
             ```python
@@ -536,7 +540,7 @@ TASKS = [
             ```
 
             Expected `0` and `4`. The loop seems to stop while one candidate is left.
-        ''',
+        """,
         files=BINSEARCH,
         bugs=(Bug("binsearch.py", "while low <= high:", "while low < high:"),),
         fail_to_pass=("tests/test_binsearch.py::test_single_element", "tests/test_binsearch.py::test_found_at_end"),
@@ -549,7 +553,7 @@ TASKS = [
     SuiteTask(
         instance_id="graphs__path-reversed",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `shortest_path` in graphs.py returns the path backwards
 
             ```python
@@ -559,7 +563,7 @@ TASKS = [
             ```
 
             Expected `['a', 'b']`, from start to goal.
-        ''',
+        """,
         files=GRAPH,
         bugs=(Bug("graphs.py", "return path[::-1]", "return path"),),
         fail_to_pass=("tests/test_graphs.py::test_direct_edge", "tests/test_graphs.py::test_shortest_of_two_routes"),
@@ -572,7 +576,7 @@ TASKS = [
     SuiteTask(
         instance_id="graphs__not-shortest",
         difficulty="medium",
-        problem_statement='''
+        problem_statement="""
             shortest_path does not return the shortest path
 
             ```python
@@ -584,7 +588,7 @@ TASKS = [
 
             Expected `['a', 'b', 'e']` (two edges instead of three). It looks like the search
             goes depth-first.
-        ''',
+        """,
         files=GRAPH,
         bugs=(Bug("graphs.py", "node = queue.popleft()", "node = queue.pop()"),),
         fail_to_pass=("tests/test_graphs.py::test_shortest_of_two_routes",),
@@ -597,7 +601,7 @@ TASKS = [
     SuiteTask(
         instance_id="brackets__unclosed",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `is_balanced` in brackets.py accepts unclosed brackets
 
             ```python
@@ -607,7 +611,7 @@ TASKS = [
             ```
 
             Expected `False`: the text is only balanced if no bracket is left open at the end.
-        ''',
+        """,
         files=BRACKETS,
         bugs=(Bug("brackets.py", "    return not stack\n", "    return True\n"),),
         fail_to_pass=("tests/test_brackets.py::test_unclosed",),
@@ -620,7 +624,7 @@ TASKS = [
     SuiteTask(
         instance_id="brackets__first-unmatched",
         difficulty="medium",
-        problem_statement='''
+        problem_statement="""
             first_unmatched reports a position one step too late
 
             ```python
@@ -631,7 +635,7 @@ TASKS = [
 
             Expected `3`: the second ")" has no partner. `is_balanced("(a))b")` correctly says
             False.
-        ''',
+        """,
         files=BRACKETS,
         bugs=(Bug("brackets.py", "if depth < 0:", "if depth < -1:"),),
         fail_to_pass=("tests/test_brackets.py::test_first_unmatched",),

@@ -1,4 +1,5 @@
 """String utilities: case conversion, slugs, wrapping, word counts, templates, validators."""
+
 from __future__ import annotations
 
 from loongsage.tasks.swe.suite.spec import Bug, SuiteTask, source
@@ -28,7 +29,7 @@ TEXTCASE = {
                 out.append(char.lower())
             return "".join(out)
     '''),
-    "tests/test_textcase.py": source('''
+    "tests/test_textcase.py": source("""
         from textcase import camel_to_snake, capitalize_words, snake_to_camel
 
 
@@ -54,7 +55,7 @@ TEXTCASE = {
 
         def test_camel_to_snake_leading_capital():
             assert camel_to_snake("UserName") == "user_name"
-    '''),
+    """),
 }
 
 SLUGIFY = {
@@ -73,7 +74,7 @@ SLUGIFY = {
                 slug = slug[:max_length].rstrip(separator)
             return slug
     '''),
-    "tests/test_slugify.py": source('''
+    "tests/test_slugify.py": source("""
         from slugify import slugify
 
 
@@ -95,7 +96,7 @@ SLUGIFY = {
 
         def test_max_length_longer_than_slug():
             assert slugify("hi there", max_length=50) == "hi-there"
-    '''),
+    """),
 }
 
 WRAP = {
@@ -118,7 +119,7 @@ WRAP = {
                 lines.append(current)
             return lines
     '''),
-    "tests/test_wrap.py": source('''
+    "tests/test_wrap.py": source("""
         import pytest
 
         from wrap import wrap
@@ -147,7 +148,7 @@ WRAP = {
         def test_bad_width():
             with pytest.raises(ValueError):
                 wrap("x", 0)
-    '''),
+    """),
 }
 
 WORDFREQ = {
@@ -168,7 +169,7 @@ WORDFREQ = {
             ranked = sorted(word_counts(text).items(), key=lambda item: (-item[1], item[0]))
             return [word for word, _ in ranked[:n]]
     '''),
-    "tests/test_wordfreq.py": source('''
+    "tests/test_wordfreq.py": source("""
         from wordfreq import top_words, word_counts
 
 
@@ -186,7 +187,7 @@ WORDFREQ = {
 
         def test_top_words_more_than_available():
             assert top_words("x y", 5) == ["x", "y"]
-    '''),
+    """),
 }
 
 TEMPLATE = {
@@ -211,7 +212,7 @@ TEMPLATE = {
 
             return _PLACEHOLDER.sub(substitute, template)
     '''),
-    "tests/test_minitemplate.py": source('''
+    "tests/test_minitemplate.py": source("""
         import pytest
 
         from minitemplate import render
@@ -236,7 +237,7 @@ TEMPLATE = {
 
         def test_missing_lenient_keeps_placeholder():
             assert render("a {{ x }} b", {}, strict=False) == "a {{ x }} b"
-    '''),
+    """),
 }
 
 VALIDATORS = {
@@ -261,7 +262,7 @@ VALIDATORS = {
                 raise ValueError(f"not a phone number: {text!r}")
             return f"({digits[:3]}) {digits[3:6]}-{digits[6:]}"
     '''),
-    "tests/test_validators.py": source('''
+    "tests/test_validators.py": source("""
         import pytest
 
         from validators import is_email, normalize_phone
@@ -290,14 +291,14 @@ VALIDATORS = {
         def test_phone_too_short():
             with pytest.raises(ValueError):
                 normalize_phone("123")
-    '''),
+    """),
 }
 
 TASKS = [
     SuiteTask(
         instance_id="textcase__snake-to-camel-head",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `snake_to_camel` in textcase.py capitalizes the first word
 
             ```python
@@ -308,7 +309,7 @@ TASKS = [
 
             Expected `'userId'` (camelCase starts lower-case). Same for one word:
             `snake_to_camel("name")` gives `'Name'` instead of `'name'`.
-        ''',
+        """,
         files=TEXTCASE,
         bugs=(Bug("textcase.py", "return head + ", "return head.capitalize() + "),),
         fail_to_pass=(
@@ -320,7 +321,7 @@ TASKS = [
     SuiteTask(
         instance_id="textcase__camel-to-snake-leading",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `camel_to_snake` in textcase.py adds a leading underscore
 
             ```python
@@ -331,7 +332,7 @@ TASKS = [
 
             Expected `'user_name'`: the first character should never get an underscore in
             front of it. `camel_to_snake("userName")` works.
-        ''',
+        """,
         files=TEXTCASE,
         bugs=(Bug("textcase.py", "char.isupper() and index > 0", "char.isupper() and index >= 0"),),
         fail_to_pass=("tests/test_textcase.py::test_camel_to_snake_leading_capital",),
@@ -344,7 +345,7 @@ TASKS = [
     SuiteTask(
         instance_id="textcase__capitalize-words-slice",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `capitalize_words` in textcase.py eats the second letter of every word
 
             ```python
@@ -354,7 +355,7 @@ TASKS = [
             ```
 
             Expected `'Hello Big World'`.
-        ''',
+        """,
         files=TEXTCASE,
         bugs=(Bug("textcase.py", "word[:1].upper() + word[1:]", "word[:1].upper() + word[2:]"),),
         fail_to_pass=("tests/test_textcase.py::test_capitalize_words",),
@@ -367,7 +368,7 @@ TASKS = [
     SuiteTask(
         instance_id="slugify__capital-letters",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `slugify` in slugify.py drops capital letters
 
             ```python
@@ -378,7 +379,7 @@ TASKS = [
 
             Expected `'hello-world'`: the text should be lower-cased before the words are
             picked out.
-        ''',
+        """,
         files=SLUGIFY,
         bugs=(Bug("slugify.py", "_WORD.findall(text.lower())", "_WORD.findall(text)"),),
         fail_to_pass=("tests/test_slugify.py::test_capitals_and_punctuation",),
@@ -391,7 +392,7 @@ TASKS = [
     SuiteTask(
         instance_id="slugify__max-length-separator",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `slugify` in slugify.py leaves a trailing dash when cutting to max_length
 
             ```python
@@ -401,7 +402,7 @@ TASKS = [
             ```
 
             Expected `'hello'`: a slug cut to `max_length` should not end with the separator.
-        ''',
+        """,
         files=SLUGIFY,
         bugs=(Bug("slugify.py", "slug[:max_length].rstrip(separator)", "slug[:max_length]"),),
         fail_to_pass=("tests/test_slugify.py::test_max_length_cuts_at_word_end",),
@@ -414,7 +415,7 @@ TASKS = [
     SuiteTask(
         instance_id="wrap__line-exactly-width",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `wrap` in wrap.py breaks lines that exactly fit the width
 
             ```python
@@ -424,7 +425,7 @@ TASKS = [
             ```
 
             Expected `['aaa bbb', 'ccc']`: "aaa bbb" is 7 characters, which fits a width of 7.
-        ''',
+        """,
         files=WRAP,
         bugs=(Bug("wrap.py", "len(current) + 1 + len(word) > width", "len(current) + 1 + len(word) >= width"),),
         fail_to_pass=("tests/test_wrap.py::test_line_exactly_width",),
@@ -437,7 +438,7 @@ TASKS = [
     SuiteTask(
         instance_id="wrap__last-line-lost",
         difficulty="medium",
-        problem_statement='''
+        problem_statement="""
             wrap() loses the last line of text
 
             ```python
@@ -450,7 +451,7 @@ TASKS = [
 
             Expected `['one two', 'three', 'four five']` and `['a short text']`: the words
             collected after the last line break never make it into the result.
-        ''',
+        """,
         files=WRAP,
         bugs=(Bug("wrap.py", "    if current:\n        lines.append(current)\n", ""),),
         fail_to_pass=("tests/test_wrap.py::test_fits_on_one_line", "tests/test_wrap.py::test_several_lines"),
@@ -459,7 +460,7 @@ TASKS = [
     SuiteTask(
         instance_id="wordfreq__top-words-order",
         difficulty="medium",
-        problem_statement='''
+        problem_statement="""
             top_words returns the least frequent words
 
             ```python
@@ -469,7 +470,7 @@ TASKS = [
             ```
 
             Expected `['b', 'a']`: "b" appears three times and should come first.
-        ''',
+        """,
         files=WORDFREQ,
         bugs=(Bug("wordfreq.py", "key=lambda item: (-item[1], item[0])", "key=lambda item: (item[1], item[0])"),),
         fail_to_pass=("tests/test_wordfreq.py::test_top_words_by_frequency",),
@@ -482,7 +483,7 @@ TASKS = [
     SuiteTask(
         instance_id="minitemplate__spaced-placeholder",
         difficulty="medium",
-        problem_statement='''
+        problem_statement="""
             Placeholders with spaces inside the braces are not replaced
 
             ```python
@@ -493,7 +494,7 @@ TASKS = [
 
             Expected `'Hi Ada!'`. `render("Hi {{name}}!", {"name": "Ada"})` works. The docs
             say `{{ name }}` is the placeholder syntax.
-        ''',
+        """,
         files=TEMPLATE,
         bugs=(Bug("minitemplate.py", 'r"\\{\\{\\s*(\\w+)\\s*\\}\\}"', 'r"\\{\\{(\\w+)\\}\\}"'),),
         fail_to_pass=("tests/test_minitemplate.py::test_render_spaced_placeholder",),
@@ -506,7 +507,7 @@ TASKS = [
     SuiteTask(
         instance_id="minitemplate__lenient-missing",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `render` in minitemplate.py deletes unknown placeholders when strict=False
 
             ```python
@@ -517,7 +518,7 @@ TASKS = [
 
             Expected `'a {{ x }} b'`: in lenient mode a placeholder without a value should be
             left as it is.
-        ''',
+        """,
         files=TEMPLATE,
         bugs=(Bug("minitemplate.py", "        return match.group(0)\n", '        return ""\n'),),
         fail_to_pass=("tests/test_minitemplate.py::test_missing_lenient_keeps_placeholder",),
@@ -530,7 +531,7 @@ TASKS = [
     SuiteTask(
         instance_id="validators__email-domain-dot",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `is_email` in validators.py accepts addresses without a dot in the domain
 
             ```python
@@ -540,7 +541,7 @@ TASKS = [
             ```
 
             Expected `False`: the domain must contain at least one dot, as the docstring says.
-        ''',
+        """,
         files=VALIDATORS,
         bugs=(Bug("validators.py", "(\\.[\\w-]+)+$", "(\\.[\\w-]+)*$"),),
         fail_to_pass=("tests/test_validators.py::test_email_needs_dot_in_domain",),
@@ -553,7 +554,7 @@ TASKS = [
     SuiteTask(
         instance_id="validators__phone-country-code",
         difficulty="easy",
-        problem_statement='''
+        problem_statement="""
             `normalize_phone` in validators.py rejects numbers with the +1 country code
 
             ```python
@@ -564,7 +565,7 @@ TASKS = [
 
             Expected `'(555) 123-4567'`: an 11-digit number starting with 1 should lose the
             leading 1.
-        ''',
+        """,
         files=VALIDATORS,
         bugs=(Bug("validators.py", 'digits.startswith("1")', 'digits.startswith("+1")'),),
         fail_to_pass=("tests/test_validators.py::test_phone_with_country_code",),

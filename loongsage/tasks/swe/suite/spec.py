@@ -1,6 +1,7 @@
 """How a bundled task is written down: the repository as it should be, plus the edits
 that inject the bug. The task's files are the buggy tree and its gold patch is the diff
 back to the correct one, so the two can never disagree."""
+
 from __future__ import annotations
 
 import difflib
@@ -55,9 +56,7 @@ def unified_diff(path: str, old: str, new: str) -> str:
     lines of context), which `git apply` accepts."""
     if not old.endswith("\n") or not new.endswith("\n"):
         raise ValueError(f"{path}: suite files must end with a newline")
-    hunks = difflib.unified_diff(
-        old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}", n=3
-    )
+    hunks = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), f"a/{path}", f"b/{path}", n=3)
     body = "".join(hunks)
     return f"diff --git a/{path} b/{path}\n{body}" if body else ""
 

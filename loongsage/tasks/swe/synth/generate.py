@@ -5,6 +5,7 @@ that reports one wrong result the way a user would.
 Tasks are a pure function of (seed, index), so a training set, a warm-start set and a held-out
 set are disjoint index ranges of one generator.
 """
+
 from __future__ import annotations
 
 import random
@@ -53,8 +54,7 @@ def synth_task(seed: int, index: int, functions: int = 3) -> SweTask:
         instance_id=f"synth-{seed}-{index:05d}",
         difficulty="easy",
         problem_statement=_issue(bug, broken, results[bug.function.name]),
-        files={f"{module}.py": module_text,
-               test_path: f"from {module} import {imports}\n\n\n" + "\n\n".join(tests)},
+        files={f"{module}.py": module_text, test_path: f"from {module} import {imports}\n\n\n" + "\n\n".join(tests)},
         bugs=(Bug(f"{module}.py", bug.fixed_line, bug.buggy_line),),
         fail_to_pass=tuple(fail_to_pass),
         pass_to_pass=tuple(pass_to_pass),
