@@ -228,7 +228,7 @@ def test_ctrl_c_while_training_or_syncing_abandons_the_step_unsaved(phase, ray_r
     """In process, with the real trainer and engine: the phase is held open (the trainer's call
     waits on an event) and Ctrl-C is signalled from inside it, so it is known to land there."""
     from loongsage.controller.loop import Controller
-    from tests.unit.test_config import compose_config
+    from tests.unit.config.test_rules import compose_config
 
     cfg = compose_config(
         *SLOW[:-2],

@@ -25,8 +25,8 @@ from loongsage.cluster.topology import (
     probe_node,
 )
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "topology"
-REPO = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "topology"
+REPO = Path(__file__).resolve().parents[3]
 
 
 def fixture(name: str) -> str:

@@ -48,7 +48,7 @@ def _pipeline(batch: int) -> tuple[RolloutPipeline, DataStream, _Source]:
     cfg = Config()
     cfg.run.mode, cfg.rollout.prompts_per_step = "sync", batch
     cfg.pipeline.filter_zero_variance = True
-    cfg.data.source, cfg.data.shuffle = "tests.unit.test_async_rollout_filter:numbered_items", False
+    cfg.data.source, cfg.data.shuffle = "tests.unit.controller.test_rollout_pipeline_filter:numbered_items", False
     data, source = DataStream(cfg.data, batch, seed=0), _Source()
     return RolloutPipeline(cfg, data, source, rollout=None), data, source
 
