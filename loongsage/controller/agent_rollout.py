@@ -66,7 +66,7 @@ class AgentRolloutSource:
         unless agent.sandbox runs a tool call and grades a gold patch on this machine."""
         if not any(_is_swe_reward(reward) for reward in self.rewards.values()):
             return
-        print(f"[loongsage] {sandbox_preflight(self.cfg.agent.sandbox, limits=self.limits)}", flush=True)
+        log.info("%s", sandbox_preflight(self.cfg.agent.sandbox, limits=self.limits))
 
     def rollout_group(self, index: int, item: Item) -> list[Sample]:
         """One item's group of episodes; `index` counts groups over the run from 0 and names the
