@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from contextlib import contextmanager
 from functools import cached_property
 
@@ -56,6 +57,7 @@ class RolloutGroup:
         # Engines load their weights while the caller goes on (e.g. to start the trainer).
         self._started = [actor.start.remote() for actor in self.actors]
         self.activity = ActivityMeter()
+        self._tokenizer_lock = threading.Lock()
         self._requests = RequestLoop("rollout-requests")
 
     @cached_property
@@ -71,8 +73,11 @@ class RolloutGroup:
         seeded by (seed, step, group in step, member), so a group samples the same whatever the
         run mode and however many groups run beside it. Callable from any thread."""
         step, group_in_step = divmod(index, self.cfg.prompts_per_step)
-        prompt_text = self._tokenizer.apply_chat_template(item.messages, add_generation_prompt=True, tokenize=False)
-        prompt_ids = self._tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
+        # One thread at a time: a fast tokenizer's call reconfigures its Rust backend (padding and
+        # truncation), which raises "Already borrowed" when another thread is inside it.
+        with self._tokenizer_lock:
+            prompt_text = self._tokenizer.apply_chat_template(item.messages, add_generation_prompt=True, tokenize=False)
+            prompt_ids = self._tokenizer(prompt_text, add_special_tokens=False)["input_ids"]
         return self._run(self._group(item, prompt_text, prompt_ids, index, f"{seed}:{step + 1}:{group_in_step}"))
 
     @contextmanager
@@ -119,7 +124,7 @@ class RolloutGroup:
 
     async def _group(self, item: Item, prompt_text: str, prompt_ids: list[int], index: int, seed_key: str) -> list[Sample]:
         # A whole group goes to one engine, so its prompt cache prefills the prompt once.
-        client = self.clients[index % self.cfg.prompts_per_step % len(self.clients)]
+        client = self.clients[index % len(self.clients)]
         jobs = []
         for member in range(self.cfg.group_size):
             request_seed = random.Random(f"rollout:{seed_key}:{member}").getrandbits(31)
@@ -164,4 +169,5 @@ class RolloutGroup:
         return load_tokenizer(self.model_path)
 
     def _decode(self, ids: list[int]) -> str:
-        return self._tokenizer.decode(ids, skip_special_tokens=True)
+        with self._tokenizer_lock:
+            return self._tokenizer.decode(ids, skip_special_tokens=True)
