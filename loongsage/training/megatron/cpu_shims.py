@@ -1,0 +1,118 @@
+"""What megatron-core assumes about CUDA, answered for a machine without it.
+
+megatron-core is written for GPUs. Run on CPU over gloo (tests, laptops, this project's CI),
+it meets four assumptions; each is answered here, and nothing else in the backend branches
+on the device. On a CUDA machine `install()` does nothing and `cuda_literals_on_cpu()` is a
+plain context: the real code paths run untouched.
+
+1. `torch.cuda.current_device()` is asked for the device of rotary tables, DDP grad buffers
+   and the distributed optimizer's shards. Without CUDA it raises; here it answers "cpu".
+2. Bookkeeping tensors are created with a literal `device="cuda"` (the optimizer's loss scale
+   and found-inf flag, the grad-norm accumulator, the schedule's token counter) and grads are
+   checked with `grad.type() == "torch.cuda.FloatTensor"`. `cuda_literals_on_cpu()` is a
+   TorchFunctionMode that puts those tensors on the CPU, makes `.cuda()` a no-op and reports
+   CPU tensor types under their CUDA names. It is entered only around megatron's optimizer
+   and schedule calls, never around our own code, so its per-op cost stays out of the model
+   math it would otherwise intercept... except the forward/backward the schedule drives
+   (measured by `python -m loongsage.bench train --backend megatron`).
+3. The CUDA RNG tracker: attention dropout runs inside `get_cuda_rng_tracker().fork()`, which
+   saves and sets CUDA generator states. `CpuRNGStatesTracker` forks the CPU generator
+   instead, so dropout under tensor parallelism stays reproducible per named stream.
+4. Fused kernels (rope fusion, persistent layer norm, gradient-accumulation fusion, masked
+   softmax and bias fusions) are CUDA-only: `CPU_OFF` lists the TransformerConfig fields the
+   mapping turns off. Sequence parallelism stays off too: it is what pulls in megatron's
+   CUDA-allocated GlobalMemoryBuffer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+# TransformerConfig fields that select CUDA-only kernels (see 4. above).
+CPU_OFF = dict(
+    apply_rope_fusion=False,
+    persist_layer_norm=False,
+    gradient_accumulation_fusion=False,
+    bias_activation_fusion=False,
+    masked_softmax_fusion=False,
+    bias_dropout_fusion=False,
+    sequence_parallel=False,
+)
+
+
+def has_cuda() -> bool:
+    return torch.cuda.is_available()
+
+
+def install() -> None:
+    """Process-wide answers to 1. and 3.; idempotent; a no-op where CUDA exists."""
+    if has_cuda():
+        return
+    torch.cuda.current_device = _cpu_device
+    _install_cpu_rng_tracker()
+
+
+def cuda_literals_on_cpu() -> contextlib.AbstractContextManager:
+    """The context megatron's optimizer and schedule calls run in (see 2. above)."""
+    return contextlib.nullcontext() if has_cuda() else _CudaLiteralsOnCpu()
+
+
+def _cpu_device() -> str:
+    return "cpu"
+
+
+class _CudaLiteralsOnCpu(TorchFunctionMode):
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        device = kwargs.get("device")
+        if device is not None and str(device).startswith("cuda"):
+            kwargs["device"] = "cpu"
+        if func is torch.Tensor.cuda:
+            return args[0]
+        if func is torch.Tensor.type and len(args) == 1 and not kwargs:
+            name = func(*args)
+            return name if ".cuda." in name else name.replace("torch.", "torch.cuda.", 1)
+        return func(*args, **kwargs)
+
+
+def _install_cpu_rng_tracker() -> None:
+    from megatron.core.tensor_parallel import random as megatron_random
+
+    if isinstance(megatron_random._CUDA_RNG_STATE_TRACKER, CpuRNGStatesTracker):
+        return
+    megatron_random._CUDA_RNG_STATE_TRACKER = CpuRNGStatesTracker()
+    megatron_random._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
+
+
+def _tracker_base():
+    from megatron.core.tensor_parallel.random import CudaRNGStatesTracker
+
+    return CudaRNGStatesTracker
+
+
+class CpuRNGStatesTracker(_tracker_base()):
+    """megatron's named RNG streams over the CPU generator (see 3. above)."""
+
+    def add(self, name: str, seed: int) -> None:
+        self._is_initialized = True
+        if seed in self.seeds_:
+            raise ValueError(f"RNG seed {seed} is already tracked")
+        if name in self.states_:
+            raise ValueError(f"RNG stream {name!r} is already tracked")
+        self.seeds_.add(seed)
+        self.states_[name] = torch.Generator().manual_seed(seed).get_state()
+
+    @contextlib.contextmanager
+    def fork(self, name: str = "model-parallel-rng"):
+        if name not in self.states_:
+            raise KeyError(f"RNG stream {name!r} is not tracked")
+        outside = torch.get_rng_state()
+        torch.set_rng_state(self.states_[name])
+        try:
+            yield
+        finally:
+            self.states_[name] = torch.get_rng_state()
+            torch.set_rng_state(outside)
