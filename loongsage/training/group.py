@@ -12,7 +12,7 @@ from loongsage.training.backends import train_backend
 from loongsage.training.batch import check_samples, split_even
 from loongsage.training.checkpoint_dir import atomic_dir
 from loongsage.training.errors import TrainerError
-from loongsage.training.fsdp.objective import check_off_policy_inputs
+from loongsage.training.objective import check_off_policy_inputs
 from loongsage.training.settings import algo_settings, trainer_settings
 
 

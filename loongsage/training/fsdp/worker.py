@@ -27,8 +27,6 @@ from loongsage.models import load_causal_lm
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
 from loongsage.training.fsdp import checkpoint
-from loongsage.training.fsdp.metrics import StepMetrics
-from loongsage.training.fsdp.objective import check_off_policy_inputs, micro_objective, supervised_objective
 from loongsage.training.fsdp.optim import build_optimizer
 from loongsage.training.fsdp.parallel import (
     clip_grad_norm,
@@ -37,7 +35,10 @@ from loongsage.training.fsdp.parallel import (
     tied_parameter_names,
     wrap_model,
 )
-from loongsage.training.fsdp.shares import global_shares
+from loongsage.training.metrics import StepMetrics
+from loongsage.training.objective import check_off_policy_inputs, micro_objective, supervised_objective
+from loongsage.training.shares import global_shares
+from loongsage.training.token_scores import FullVocabScores
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # Long enough for a slow rank to finish a checkpoint; a dead rank is caught by the group.
@@ -184,11 +185,11 @@ class TrainWorker:
         for index, micro in enumerate(micros):
             old = olds[index] if olds else None
             with grad_sync(self.model, enabled=index == len(micros) - 1):
-                logits = self._forward(self.model, micro)
+                scores = FullVocabScores(self._forward(self.model, micro))
                 result = (
-                    supervised_objective(logits, micro)
+                    supervised_objective(scores, micro)
                     if supervised
-                    else micro_objective(logits, micro, old, refs[index] if refs else None, self.algo, policy_versions)
+                    else micro_objective(scores, micro, old, refs[index] if refs else None, self.algo, policy_versions)
                 )
                 # Ranks' gradients are averaged, so each rank scales by world_size to end
                 # with the global-batch loss, not the mean of per-rank losses.

@@ -10,7 +10,7 @@ import torch
 from loongsage.config.schema import AlgorithmConfig, TrainerConfig
 from loongsage.sample import Sample
 from loongsage.training.fsdp import TrainWorker
-from loongsage.training.fsdp.objective import check_off_policy_inputs
+from loongsage.training.objective import check_off_policy_inputs
 from tests.samples import random_samples as _random_samples
 
 METRIC_KEYS = {

@@ -8,7 +8,7 @@ from torch import Tensor
 
 from loongsage.algorithms.losses import mismatch_k3_kl
 from loongsage.training.batch import PackedBatch
-from loongsage.training.fsdp.objective import MicroObjective
+from loongsage.training.objective import MicroObjective
 
 
 class StepMetrics:
@@ -22,7 +22,9 @@ class StepMetrics:
     IS_MEANS = ("is_weight_mean", "is_clip_frac", "is_mask_frac")
     KEYS = ("loss", "pg_loss", "entropy", "clip_frac", "kl", "mismatch_k3_kl", "mismatch_tokens", "tokens", *IS_MEANS)
 
-    def __init__(self, with_kl: bool, with_is: bool = False):
+    def __init__(self, with_kl: bool, with_is: bool = False, group: dist.ProcessGroup | None = None):
+        """`group`: the data-parallel ranks the batch is spread over (None: all ranks)."""
+        self.group = group
         self.values = dict.fromkeys(self.KEYS, 0.0)
         self.grad_norm = 0.0
         self.with_kl, self.with_is = with_kl, with_is
@@ -57,7 +59,7 @@ class StepMetrics:
 
     def reduce(self, num_minis: int, lr: float) -> dict[str, float]:
         totals = torch.tensor([self.values[key] for key in self.KEYS], dtype=torch.float64)
-        dist.all_reduce(totals)
+        dist.all_reduce(totals, group=self.group)
         total = dict(zip(self.KEYS, totals.tolist()))
         metrics = {
             "train/loss": total["loss"] / num_minis,
@@ -80,7 +82,7 @@ class StepMetrics:
     def _reduce_is(self, total: dict[str, float], num_minis: int) -> dict[str, float]:
         # Max of the ranks' maxima and min of their minima, in one MAX reduce.
         extremes = torch.tensor([self.is_max, -self.is_min], dtype=torch.float64)
-        dist.all_reduce(extremes, op=dist.ReduceOp.MAX)
+        dist.all_reduce(extremes, op=dist.ReduceOp.MAX, group=self.group)
         is_max, is_min = extremes[0].item(), -extremes[1].item()
         metrics = {f"train/{key}": total[key] / num_minis for key in self.IS_MEANS}
         metrics["train/is_weight_max"] = is_max if is_max > -float("inf") else 0.0

@@ -1,4 +1,4 @@
-"""The policy objective of one micro-batch, from the model's logits."""
+"""The policy objective of one micro-batch, from the per-token scores of the model's output (see token_scores)."""
 
 from __future__ import annotations
 
@@ -7,17 +7,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from loongsage.algorithms.losses import (
-    entropy_from_logits,
-    get_policy_loss,
-    kl_estimate,
-    masked_aggregate,
-    token_logprobs,
-)
+from loongsage.algorithms.losses import get_policy_loss, kl_estimate, masked_aggregate
 from loongsage.algorithms.off_policy import importance_weights, interpolated_proximal_logprobs
 from loongsage.config.schema import AlgorithmConfig
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch
+from loongsage.training.token_scores import TokenScores
 
 PROXIMAL_SOURCES = ("recompute", "interpolate", "behaviour")
 
@@ -34,7 +29,7 @@ class MicroObjective:
 
 
 def micro_objective(
-    logits: Tensor,
+    scores: TokenScores,
     batch: PackedBatch,
     old_logprobs: Tensor | None,
     ref_logprobs: Tensor | None,
@@ -49,7 +44,7 @@ def micro_objective(
     `policy_versions` = (proximal, current) weight versions, read by proximal=interpolate.
     """
     mask, mode = batch.loss_mask, algo.loss_aggregation
-    logprobs = token_logprobs(logits, batch.targets)
+    logprobs = scores.logprobs(batch.targets)
     proximal = _proximal(logprobs.detach(), batch, old_logprobs, algo.proximal, policy_versions)
     is_weights, is_stats = None, {}
     if algo.is_level != "none":
@@ -72,7 +67,7 @@ def micro_objective(
         kl = masked_aggregate(kl_estimate(logprobs, ref_logprobs, algo.kl_kind), mask, mode)
         loss = loss + algo.kl_coef * kl
     with torch.set_grad_enabled(algo.entropy_coef > 0 and torch.is_grad_enabled()):
-        entropy = masked_aggregate(entropy_from_logits(logits), mask, mode)
+        entropy = masked_aggregate(scores.entropy(), mask, mode)
     if algo.entropy_coef > 0:
         loss = loss - algo.entropy_coef * entropy
     return MicroObjective(
@@ -131,12 +126,12 @@ def check_off_policy_inputs(samples: list[Sample], algo: AlgorithmConfig, policy
                 raise ValueError(f"{setting} needs the {what} of every sample; sample {index} has none")
 
 
-def supervised_objective(logits: Tensor, batch: PackedBatch) -> MicroObjective:
+def supervised_objective(scores: TokenScores, batch: PackedBatch) -> MicroObjective:
     """Mean negative log-likelihood of the masked tokens: imitation of demonstrations (a warm
     start before RL), token-averaged whatever the RL loss aggregation is."""
     mask = batch.loss_mask
-    logprobs = token_logprobs(logits, batch.targets)
+    logprobs = scores.logprobs(batch.targets)
     nll = -masked_aggregate(logprobs, mask, "token_mean")
     with torch.no_grad():
-        entropy = masked_aggregate(entropy_from_logits(logits), mask, "token_mean")
+        entropy = masked_aggregate(scores.entropy(), mask, "token_mean")
     return MicroObjective(loss=nll, logprobs=logprobs.detach(), pg_loss=nll.item(), entropy=entropy.item(), clip_frac=0.0, kl=0.0)

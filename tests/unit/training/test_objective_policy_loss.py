@@ -8,7 +8,8 @@ import torch
 from loongsage.algorithms.losses import ppo_clip_loss, token_logprobs
 from loongsage.config.schema import AlgorithmConfig
 from loongsage.training.batch import PackedBatch
-from loongsage.training.fsdp.objective import micro_objective
+from loongsage.training.objective import micro_objective
+from loongsage.training.token_scores import FullVocabScores
 
 CALLS: list[dict] = []
 
@@ -37,7 +38,7 @@ def batch() -> PackedBatch:
 
 def test_default_policy_loss_is_ppo_clip():
     logits, packed = torch.randn(2, 3, 6), batch()
-    objective = micro_objective(logits, packed, torch.full((2, 3), -1.5), None, AlgorithmConfig())
+    objective = micro_objective(FullVocabScores(logits), packed, torch.full((2, 3), -1.5), None, AlgorithmConfig())
     logprobs = token_logprobs(logits, packed.targets)
     expected, info = ppo_clip_loss(logprobs, torch.full((2, 3), -1.5), packed.advantages, packed.loss_mask)
     assert objective.pg_loss == expected.item() and objective.clip_frac == info["clip_frac"]
@@ -48,7 +49,7 @@ def test_a_policy_loss_by_import_path_is_called_with_the_shared_keywords():
     logits, packed = torch.randn(2, 3, 6, requires_grad=True), batch()
     old = torch.full((2, 3), -1.5)
     algo = AlgorithmConfig(policy_loss=f"{__name__}:recording_loss", clip_low=0.1, clip_high=0.3)
-    objective = micro_objective(logits, packed, old, None, algo)
+    objective = micro_objective(FullVocabScores(logits), packed, old, None, algo)
     (call,) = CALLS
     assert set(call) == {"logprobs", "old_logprobs", "advantages", "mask", "clip_low", "clip_high", "aggregation", "is_weights"}
     assert call["old_logprobs"] is old and call["advantages"] is packed.advantages

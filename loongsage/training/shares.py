@@ -8,8 +8,9 @@ import torch.distributed as dist
 from loongsage.training.batch import PackedBatch
 
 
-def global_shares(micros: list[PackedBatch], mode: str) -> list[float]:
-    """Each micro-batch's share of the global mini-batch under `mode`.
+def global_shares(micros: list[PackedBatch], mode: str, group: dist.ProcessGroup | None = None) -> list[float]:
+    """Each micro-batch's share of the global mini-batch under `mode`; `group`: the data-parallel
+    ranks (None: all ranks, every one holding its own shard of the batch).
 
     masked_aggregate divides by the micro-batch's own count (tokens for token_mean,
     sequences with trained tokens for the seq_mean modes); scaling by count / global
@@ -21,5 +22,5 @@ def global_shares(micros: list[PackedBatch], mode: str) -> list[float]:
     else:
         counts = [float((micro.loss_mask.sum(dim=-1) > 0).sum()) for micro in micros]
     total = torch.tensor(sum(counts), dtype=torch.float64)
-    dist.all_reduce(total)
+    dist.all_reduce(total, group=group)
     return [count / max(float(total), 1.0) for count in counts]

@@ -1,0 +1,35 @@
+"""Per-token log-probs and entropy from a model's output, however its vocabulary is laid out.
+
+The objective (loongsage.training.objective) only asks these two questions, so one objective
+serves every backend: HF models hand over full-vocabulary logits; Megatron under tensor
+parallelism hands over each rank's vocabulary shard, which is never gathered.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from torch import Tensor
+
+from loongsage.algorithms.losses import entropy_from_logits, token_logprobs
+
+
+class TokenScores(Protocol):
+    def logprobs(self, targets: Tensor) -> Tensor:
+        """[B, C] fp32 log p(targets), differentiable."""
+
+    def entropy(self) -> Tensor:
+        """[B, C] fp32 entropy of each position's distribution, differentiable."""
+
+
+class FullVocabScores:
+    """Logits [B, C, V] over the whole vocabulary."""
+
+    def __init__(self, logits: Tensor):
+        self.logits = logits
+
+    def logprobs(self, targets: Tensor) -> Tensor:
+        return token_logprobs(self.logits, targets)
+
+    def entropy(self) -> Tensor:
+        return entropy_from_logits(self.logits)
