@@ -13,12 +13,10 @@ The directory is made atomic by the caller (see loongsage.training.checkpoint_di
 from __future__ import annotations
 
 import json
-import random
 import shutil
 import warnings
 from pathlib import Path
 
-import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
@@ -29,6 +27,7 @@ from loongsage.training.fsdp.parallel import (
     load_full_model_state,
     load_full_optimizer_state,
 )
+from loongsage.training.rank_process import rng_state, set_rng_state
 
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "trainer_state.json"
@@ -51,7 +50,7 @@ def save_rank(
     weights = full_model_state(model)
     optimizer_state = full_optimizer_state(model, optimizer)
     (out / "rng").mkdir(parents=True, exist_ok=True)
-    torch.save(_rng_state(), out / "rng" / f"rank{rank}.pt")
+    torch.save(rng_state(), out / "rng" / f"rank{rank}.pt")
     if rank != 0:
         return
     _copy_model_files(source_dir, out)
@@ -78,7 +77,7 @@ def load_rank(
     load_full_optimizer_state(model, optimizer, torch.load(src / "optimizer.pt", weights_only=True))
     scheduler.load_state_dict(torch.load(src / "scheduler.pt", weights_only=True))
     if state["world_size"] == world_size:
-        _set_rng_state(torch.load(src / "rng" / f"rank{rank}.pt", weights_only=False))
+        set_rng_state(torch.load(src / "rng" / f"rank{rank}.pt", weights_only=False))
     elif rank == 0:
         warnings.warn(
             f"checkpoint {src} was written by {state['world_size']} ranks, this group has "
@@ -98,13 +97,3 @@ def _copy_model_files(source_dir: Path, out: Path) -> None:
         is_weights = path.name.endswith(WEIGHT_SUFFIXES) or path.name.endswith(".index.json")
         if path.is_file() and not is_weights:
             shutil.copy2(path, out / path.name)
-
-
-def _rng_state() -> dict:
-    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
-
-
-def _set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["torch"])
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])

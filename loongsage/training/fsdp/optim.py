@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from loongsage.config.schema import TrainerConfig
+from loongsage.training.lr_schedule import Warmup
 
 
 def build_optimizer(model: nn.Module, settings: TrainerConfig) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
@@ -19,20 +20,5 @@ def build_optimizer(model: nn.Module, settings: TrainerConfig) -> tuple[torch.op
         # model-sized temporaries for every intermediate.
         fused=True,
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _Warmup(settings.warmup_steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, Warmup(settings.warmup_steps))
     return optimizer, scheduler
-
-
-class _Warmup:
-    """Learning-rate factor per trainer step: (step + 1) / warmup_steps, then 1.
-
-    A class, not a lambda, so the scheduler's state_dict can be saved and restored.
-    """
-
-    def __init__(self, warmup_steps: int):
-        self.warmup_steps = warmup_steps
-
-    def __call__(self, step: int) -> float:
-        if step >= self.warmup_steps:
-            return 1.0
-        return (step + 1) / self.warmup_steps

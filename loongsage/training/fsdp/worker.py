@@ -7,19 +7,14 @@ call it concurrently.
 
 from __future__ import annotations
 
-import random
-import socket
-from datetime import timedelta
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from loongsage import transfer
 from loongsage.algorithms.losses import token_logprobs
-from loongsage.cluster.cpu_placement import pin_this_process
 from loongsage.cluster.hosts import this_host
 from loongsage.cluster.placement import ray_gpu_ids
 from loongsage.config.schema import AlgorithmConfig, TrainerConfig
@@ -37,45 +32,39 @@ from loongsage.training.fsdp.parallel import (
 )
 from loongsage.training.metrics import StepMetrics
 from loongsage.training.objective import check_off_policy_inputs, micro_objective, supervised_objective
+from loongsage.training.rank_process import (
+    join_process_group,
+    leave_process_group,
+    rendezvous_address,
+    seed_everything,
+    use_cores,
+)
 from loongsage.training.shares import global_shares
 from loongsage.training.token_scores import FullVocabScores
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-# Long enough for a slow rank to finish a checkpoint; a dead rank is caught by the group.
-COLLECTIVE_TIMEOUT = timedelta(minutes=30)
 
 
 class TrainWorker:
     def __init__(
         self, model_path: str, trainer: TrainerConfig, algo: AlgorithmConfig, seed: int, rank: int, cpus: list[int] | None = None
     ):
-        if cpus:  # disaggregated placement: this rank's own cores, one thread each
-            pin_this_process(cpus)
-        torch.set_num_threads(len(cpus) if cpus else trainer.num_threads)
+        use_cores(cpus, trainer.num_threads)
         self.model_path = Path(model_path)
         self.trainer, self.algo = trainer, algo
         self.seed, self.rank = seed, rank
         self.step = 0
-        _seed_everything(seed + rank)
+        seed_everything(seed + rank)
 
     def rendezvous_address(self) -> tuple[str, int]:
-        """This host's address and a free port for the process group's TCP store."""
-        with socket.socket() as sock:
-            sock.bind(("", 0))
-            return this_host(), sock.getsockname()[1]
+        return rendezvous_address()
 
     def gpu_ids(self) -> list:
         """The GPU ids Ray gave this rank (diagnostics: did placement put it on its seat)."""
         return ray_gpu_ids()
 
     def setup(self, master_addr: str, master_port: int) -> None:
-        dist.init_process_group(
-            "gloo",
-            init_method=f"tcp://{master_addr}:{master_port}",
-            rank=self.rank,
-            world_size=self.trainer.world_size,
-            timeout=COLLECTIVE_TIMEOUT,
-        )
+        join_process_group(master_addr, master_port, self.rank, self.trainer.world_size)
         dtype = DTYPES[self.trainer.dtype]
         model = load_causal_lm(self.model_path, dtype=dtype)
         if self.trainer.gradient_checkpointing:
@@ -86,8 +75,7 @@ class TrainWorker:
         self.ref_model = self._reference_model(dtype) if self.algo.kl_coef > 0 else None
 
     def close(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        leave_process_group()
 
     def train_step(self, samples: list[Sample], policy_version: int | None = None) -> dict[str, float]:
         """`policy_version`: the weight version the trainer's weights are at the start of the
@@ -228,9 +216,3 @@ def _enable_activation_checkpointing(model: torch.nn.Module) -> None:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-
-
-def _seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)

@@ -1,0 +1,62 @@
+"""What every backend's rank does to its own process: cores, seeds, RNG state, the process group."""
+
+from __future__ import annotations
+
+import random
+import socket
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from loongsage.cluster.cpu_placement import pin_this_process
+from loongsage.cluster.hosts import this_host
+
+# Long enough for a slow rank to finish a checkpoint; a dead rank is caught by the group.
+COLLECTIVE_TIMEOUT = timedelta(minutes=30)
+
+
+def use_cores(cpus: list[int] | None, num_threads: int) -> None:
+    """Disaggregated placement gives a rank its own cores (one thread each); else `num_threads`."""
+    if cpus:
+        pin_this_process(cpus)
+    torch.set_num_threads(len(cpus) if cpus else num_threads)
+
+
+def rendezvous_address() -> tuple[str, int]:
+    """This host's address and a free port for the process group's TCP store."""
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return this_host(), sock.getsockname()[1]
+
+
+def join_process_group(master_addr: str, master_port: int, rank: int, world_size: int) -> None:
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://{master_addr}:{master_port}",
+        rank=rank,
+        world_size=world_size,
+        timeout=COLLECTIVE_TIMEOUT,
+    )
+
+
+def leave_process_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
