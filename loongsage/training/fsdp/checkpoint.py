@@ -12,13 +12,11 @@ The directory is made atomic by the caller (see loongsage.training.checkpoint_di
 
 from __future__ import annotations
 
-import json
-import shutil
 import warnings
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import Tensor, nn
 
 from loongsage.training.fsdp.parallel import (
@@ -27,11 +25,8 @@ from loongsage.training.fsdp.parallel import (
     load_full_model_state,
     load_full_optimizer_state,
 )
+from loongsage.training.hf_dir import MODEL_FILE, read_trainer_state, write_hf_dir, write_trainer_state
 from loongsage.training.rank_process import rng_state, set_rng_state
-
-MODEL_FILE = "model.safetensors"
-STATE_FILE = "trainer_state.json"
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
 def save_rank(
@@ -53,11 +48,10 @@ def save_rank(
     torch.save(rng_state(), out / "rng" / f"rank{rank}.pt")
     if rank != 0:
         return
-    _copy_model_files(source_dir, out)
-    save_file(hf_weights(weights, tied_names), out / MODEL_FILE, metadata={"format": "pt"})
+    write_hf_dir(out, source_dir, hf_weights(weights, tied_names))
     torch.save(optimizer_state, out / "optimizer.pt")
     torch.save(scheduler.state_dict(), out / "scheduler.pt")
-    (out / STATE_FILE).write_text(json.dumps({"step": step, "world_size": world_size}))
+    write_trainer_state(out, {"step": step, "world_size": world_size})
 
 
 def load_rank(
@@ -70,9 +64,7 @@ def load_rank(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
 ) -> int:
     """Restore weights, optimizer, scheduler and this rank's RNG; return the trainer step."""
-    if not (src / STATE_FILE).is_file():
-        raise FileNotFoundError(f"{src} is not a trainer checkpoint: {STATE_FILE} is missing")
-    state = json.loads((src / STATE_FILE).read_text())
+    state = read_trainer_state(src)
     load_full_model_state(model, load_file(src / MODEL_FILE))
     load_full_optimizer_state(model, optimizer, torch.load(src / "optimizer.pt", weights_only=True))
     scheduler.load_state_dict(torch.load(src / "scheduler.pt", weights_only=True))
@@ -90,10 +82,3 @@ def load_rank(
 def hf_weights(weights: dict[str, Tensor], tied_names: set[str]) -> dict[str, Tensor]:
     """The tensors an HF checkpoint of this model holds: tied aliases dropped, contiguous."""
     return {name: tensor.contiguous() for name, tensor in weights.items() if name not in tied_names}
-
-
-def _copy_model_files(source_dir: Path, out: Path) -> None:
-    for path in source_dir.iterdir():
-        is_weights = path.name.endswith(WEIGHT_SUFFIXES) or path.name.endswith(".index.json")
-        if path.is_file() and not is_weights:
-            shutil.copy2(path, out / path.name)
