@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from loongsage.cluster.cpu_placement import resolve_placement, split_cores
 from loongsage.cluster.placement import RolePlacement, Seat, place
 from loongsage.cluster.roles import allocation_from_ray, is_partitioned, partition
+from loongsage.config.parallel import train_ranks, train_ranks_named
 
 
 @dataclass
@@ -58,7 +59,8 @@ def place_actors(cfg) -> ActorPlacement:
     """Decide where the trainer ranks and engines of `cfg` run; Ray must be up when roles are partitioned."""
     placement = resolve_placement(cfg.run.placement, cfg.run.mode)
     if not is_partitioned(cfg.roles):
-        trainer_cpus, engine_cpus = split_cores(placement, cfg.trainer.world_size, cfg.rollout.num_engines)
+        ranks, named = train_ranks(cfg.trainer), train_ranks_named(cfg.trainer)
+        trainer_cpus, engine_cpus = split_cores(placement, ranks, cfg.rollout.num_engines, ranks_named=named)
         return ActorPlacement(placement, trainer_cpus=trainer_cpus, engine_cpus=engine_cpus)
     import ray
 

@@ -21,17 +21,24 @@ def resolve_placement(placement: str, mode: str) -> str:
 
 
 def split_cores(
-    placement: str, trainer_ranks: int, engines: int, cores: list[int] | None = None
+    placement: str,
+    trainer_ranks: int,
+    engines: int,
+    cores: list[int] | None = None,
+    ranks_named: tuple[str, str] | None = None,
 ) -> tuple[list[list[int]] | None, list[list[int]] | None]:
-    """(cores of each trainer rank, cores of each engine); None: no pinning (colocate)."""
+    """(cores of each trainer rank, cores of each engine); None: no pinning (colocate).
+    `trainer_ranks`: `loongsage.config.parallel.train_ranks`; `ranks_named`: its `train_ranks_named`
+    (the fields and values the message shows; default: trainer.world_size)."""
     if placement == "colocate":
         return None, None
     cores = sorted(cores if cores is not None else os.sched_getaffinity(0))
     actors = trainer_ranks + engines
     if len(cores) < actors:
+        fields, values = ranks_named or ("trainer.world_size", str(trainer_ranks))
         raise ValueError(
             f"run.placement=disaggregated gives each trainer rank and each engine cores of its own: "
-            f"trainer.world_size + rollout.num_engines = {trainer_ranks} + {engines} = {actors} > {len(cores)} cores "
+            f"{fields} + rollout.num_engines = {values} + {engines} = {actors} > {len(cores)} cores "
             f"on this machine; use fewer, or run.placement=colocate with run.mode=sync"
         )
     # The trainer's share follows its share of the actors, at least one core each side.

@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
+from loongsage.config.parallel import (
+    MEGATRON,
+    MEGATRON_RANKS,
+    data_parallel_key,
+    data_parallel_size,
+    train_ranks,
+    train_ranks_named,
+    uses_megatron,
+)
 from loongsage.config.registry_choices import RegistryChoices
 from loongsage.config.sampling_rules import sampling_problems
-from loongsage.config.schema import Config
+from loongsage.config.schema import Config, MegatronConfig
 
 CHOICES = {
     "rollout.engine": RegistryChoices("loongsage.inference.engines:ENGINES"),
@@ -37,6 +48,7 @@ def check(cfg: Config) -> None:
         *_choice_problems(cfg),
         *_range_problems(cfg),
         *sampling_problems(cfg),
+        *_backend_problems(cfg),
         *_batch_problems(cfg),
         *_mix_problems(cfg),
         *_window_problems(cfg),
@@ -74,6 +86,9 @@ def _range_problems(cfg: Config) -> list[str]:
         (r.max_running >= 1, f"rollout.max_running={r.max_running} must be >= 1"),
         (r.num_threads >= 1, f"rollout.num_threads={r.num_threads} must be >= 1"),
         (t.world_size >= 1, f"trainer.world_size={t.world_size} must be >= 1"),
+        (t.megatron.tp >= 1, f"trainer.megatron.tp={t.megatron.tp} must be >= 1"),
+        (t.megatron.pp >= 1, f"trainer.megatron.pp={t.megatron.pp} must be >= 1"),
+        (t.megatron.dp >= 1, f"trainer.megatron.dp={t.megatron.dp} must be >= 1"),
         (t.micro_batch_size >= 1, f"trainer.micro_batch_size={t.micro_batch_size} must be >= 1"),
         (t.mini_batches >= 1, f"trainer.mini_batches={t.mini_batches} must be >= 1"),
         (t.lr > 0, f"trainer.lr={t.lr} must be > 0"),
@@ -120,18 +135,54 @@ def _range_problems(cfg: Config) -> list[str]:
     return [message for ok, message in rules if not ok]
 
 
+def _backend_problems(cfg: Config) -> list[str]:
+    # One knob per concept: trainer.world_size and trainer.strategy are the fsdp backend's,
+    # trainer.megatron.* megatron's; a knob the chosen backend does not read is refused, not ignored.
+    t = cfg.trainer
+    if not uses_megatron(t):
+        defaults = MegatronConfig()
+        changed = [
+            f"trainer.megatron.{f.name}={getattr(t.megatron, f.name)}"
+            for f in fields(MegatronConfig)
+            if getattr(t.megatron, f.name) != getattr(defaults, f.name)
+        ]
+        if not changed:
+            return []
+        return [
+            f"{', '.join(changed)} only applies to trainer.backend={MEGATRON} (got trainer.backend={t.backend!r}): "
+            f"set trainer.backend={MEGATRON}, or leave trainer.megatron.* at the defaults "
+            f"(the fsdp backend's ranks are trainer.world_size)"
+        ]
+    problems = []
+    if t.world_size != 1:
+        problems.append(
+            f"trainer.world_size={t.world_size} is the fsdp backend's rank count; trainer.backend={MEGATRON} runs "
+            f"{MEGATRON_RANKS} ranks: set trainer.megatron.dp={t.world_size} for {t.world_size} data-parallel ranks "
+            f"(and trainer.megatron.tp / trainer.megatron.pp for model parallelism), and leave trainer.world_size at 1"
+        )
+    if t.strategy == "fsdp2":
+        problems.append(
+            f"trainer.strategy={t.strategy} is the fsdp backend's sharding; trainer.backend={MEGATRON} shards with "
+            f"trainer.megatron.tp / trainer.megatron.pp / trainer.megatron.dp and trainer.megatron.distributed_optimizer: "
+            f"leave trainer.strategy at ddp"
+        )
+    return problems
+
+
 def _batch_problems(cfg: Config) -> list[str]:
     r, t = cfg.rollout, cfg.trainer
     problems = []
     if cfg.algorithm.advantage == "grpo" and r.group_size < 2:
         problems.append(f"rollout.group_size={r.group_size} must be >= 2 for GRPO (advantages compare responses within a group)")
     samples = r.prompts_per_step * r.group_size
-    per_minibatch = t.world_size * t.mini_batches * t.micro_batch_size
-    if r.group_size >= 1 and samples % per_minibatch:
+    # Each data-parallel shard splits into mini-batches of whole micro-batches.
+    dp = data_parallel_size(t)
+    per_minibatch = dp * t.mini_batches * t.micro_batch_size
+    if r.group_size >= 1 and per_minibatch >= 1 and samples % per_minibatch:
         problems.append(
             f"rollout.prompts_per_step * rollout.group_size = {r.prompts_per_step} * {r.group_size} = {samples} samples per step "
-            f"must be divisible by trainer.world_size * trainer.mini_batches * trainer.micro_batch_size = "
-            f"{t.world_size} * {t.mini_batches} * {t.micro_batch_size} = {per_minibatch}"
+            f"must be divisible by {data_parallel_key(t)} * trainer.mini_batches * trainer.micro_batch_size = "
+            f"{dp} * {t.mini_batches} * {t.micro_batch_size} = {per_minibatch}"
         )
     return problems
 
@@ -190,7 +241,8 @@ def _placement_problems(cfg: Config) -> list[str]:
     if is_partitioned(cfg.roles):  # actors sit on their roles' devices, not pinned to this machine's cores
         return []
     try:
-        split_cores(resolve_placement(cfg.run.placement, cfg.run.mode), cfg.trainer.world_size, cfg.rollout.num_engines)
+        placement = resolve_placement(cfg.run.placement, cfg.run.mode)
+        split_cores(placement, train_ranks(cfg.trainer), cfg.rollout.num_engines, ranks_named=train_ranks_named(cfg.trainer))
     except ValueError as exc:
         return [str(exc)]
     return []
@@ -208,11 +260,21 @@ def _roles_problems(cfg: Config) -> list[str]:
     problems = config_problems(roles, colocate)
     if problems or not is_partitioned(roles):
         return problems
-    world_size, trainer_gpus = cfg.trainer.world_size, roles.trainer.gpus
-    if world_size != trainer_gpus:
-        fix = _either(("trainer.world_size", trainer_gpus), ("roles.trainer.gpus", world_size))
+    t, trainer_gpus = cfg.trainer, roles.trainer.gpus
+    ranks = train_ranks(t)
+    if ranks != trainer_gpus and uses_megatron(t):
+        fields_, values = train_ranks_named(t)
+        per_copy = t.megatron.tp * t.megatron.pp
+        dp_fix = [("trainer.megatron.dp", trainer_gpus // per_copy)] if per_copy >= 1 and trainer_gpus % per_copy == 0 else []
+        fix = _either(*dp_fix, ("roles.trainer.gpus", ranks))
         problems.append(
-            f"trainer.world_size={world_size} must equal roles.trainer.gpus={trainer_gpus} (one trainer "
+            f"{fields_} = {values} = {ranks} trainer ranks must equal roles.trainer.gpus={trainer_gpus} (one trainer "
+            f"rank per device once roles are partitioned); set {fix}"
+        )
+    elif ranks != trainer_gpus:
+        fix = _either(("trainer.world_size", trainer_gpus), ("roles.trainer.gpus", ranks))
+        problems.append(
+            f"trainer.world_size={ranks} must equal roles.trainer.gpus={trainer_gpus} (one trainer "
             f"rank per device once roles are partitioned); set {fix}"
         )
     engines, rollout_gpus, tp = cfg.rollout.num_engines, roles.rollout.gpus, roles.rollout.tp

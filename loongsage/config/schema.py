@@ -36,10 +36,29 @@ class RolloutConfig:
 
 
 @dataclass
+class MegatronConfig:
+    """Parallel layout of trainer.backend=megatron: the trainer runs tp * pp * dp ranks (one per
+    device); each data-parallel shard of a batch goes to the tp * pp ranks that hold one model copy."""
+
+    # Tensor-parallel size: each layer's weights split over this many ranks (on one node, in practice).
+    tp: int = 1
+    # Pipeline-parallel size: the layers split into this many consecutive stages.
+    pp: int = 1
+    # Data-parallel size: model copies, each training on its own share of every batch.
+    dp: int = 1
+    # Megatron's distributed optimizer: optimizer state (and the fp32 main weights) sharded over the
+    # dp ranks instead of replicated on each; nothing to shard at dp=1.
+    distributed_optimizer: bool = True
+
+
+@dataclass
 class TrainerConfig:
-    # Train-worker class: a registered name (fsdp; see loongsage/training/backends.py) or an import path.
+    # Train-worker class: a registered name (fsdp, megatron; see loongsage/training/backends.py) or an import path.
     backend: str = "fsdp"
+    # Ranks (one per device) of the fsdp backend, each a data-parallel rank. trainer.backend=megatron
+    # sets its ranks with megatron.tp / pp / dp instead and refuses any other value than 1 here.
     world_size: int = 1
+    # The fsdp backend's data parallelism: ddp (replicated weights) | fsdp2 (sharded); not megatron's.
     strategy: str = "ddp"
     micro_batch_size: int = 8
     mini_batches: int = 1
@@ -53,6 +72,8 @@ class TrainerConfig:
     gradient_checkpointing: bool = False
     weight_sync_bucket_mb: int = 64
     weight_sync_transport: str = "shm"
+    # Only read by trainer.backend=megatron; anything but the defaults with another backend is refused.
+    megatron: MegatronConfig = field(default_factory=MegatronConfig)
 
 
 @dataclass

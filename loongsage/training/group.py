@@ -1,4 +1,4 @@
-"""Controller-side handle on the train workers: one Ray actor per data-parallel rank."""
+"""Controller-side handle on the train workers: one Ray actor per trainer rank."""
 
 from __future__ import annotations
 
@@ -11,13 +11,23 @@ from loongsage.sample import Sample
 from loongsage.training.backends import train_backend
 from loongsage.training.batch import check_samples, split_even
 from loongsage.training.checkpoint_dir import atomic_dir
+from loongsage.training.data_parallel import DataLayout, data_layout
 from loongsage.training.errors import TrainerError
 from loongsage.training.objective import check_off_policy_inputs
-from loongsage.training.settings import algo_settings, trainer_settings
+from loongsage.training.settings import (
+    algo_settings,
+    data_parallel_key,
+    data_parallel_size,
+    train_ranks,
+    train_ranks_named,
+    trainer_settings,
+)
 
 
 class TrainGroup:
-    """Runs `trainer.world_size` actors of the `trainer.backend` worker class as one data-parallel trainer.
+    """Runs `train_ranks(trainer)` actors of the `trainer.backend` worker class as one trainer: every
+    batch splits into `data_parallel_size(trainer)` shards, each rank trains on the shard of its
+    `data_rank()` (fsdp: world_size ranks, each its own shard; megatron: tp * pp * dp ranks, dp shards).
 
     Ray must already be initialized (see `loongsage.cluster.actor_placement.place_actors`).
     """
@@ -32,9 +42,9 @@ class TrainGroup:
         self.algo = algo_settings(algo)
         self.step = 0
         self._broken: str | None = None
-        world_size = self.trainer.world_size
-        check_one_per_actor(ray_options, world_size, "TrainGroup ray_options", "trainer.world_size")
-        check_one_per_actor(cpus, world_size, "TrainGroup cpus", "trainer.world_size")
+        ranks, (ranks_key, _) = train_ranks(self.trainer), train_ranks_named(self.trainer)
+        check_one_per_actor(ray_options, ranks, "TrainGroup ray_options", ranks_key)
+        check_one_per_actor(cpus, ranks, "TrainGroup cpus", ranks_key)
         actor = ray.remote(train_backend(self.trainer.backend))
         self.workers = [
             # A seat's num_cpus (its share of the bundle's one CPU) replaces num_threads: an actor
@@ -42,10 +52,11 @@ class TrainGroup:
             actor.options(**{"num_cpus": self.trainer.num_threads, **(ray_options[rank] if ray_options else {})}).remote(
                 str(model_path), self.trainer, self.algo, seed, rank, cpus[rank] if cpus else None
             )
-            for rank in range(world_size)
+            for rank in range(ranks)
         ]
         (address,) = self._gather("rendezvous_address", [self.workers[0].rendezvous_address.remote()])
         self._call_all("setup", *address)
+        self.layout = self._data_layout()
 
     def train_step(self, samples: list[Sample], policy_version: int | None = None) -> dict[str, float]:
         """`policy_version`: the weight version the trainer's weights are (read by
@@ -60,10 +71,10 @@ class TrainGroup:
         return self._step_on_shards("supervised_step", samples, lr)
 
     def compute_logprobs(self, samples: list[Sample]) -> list[list[float]]:
-        shards = self._shard(samples)
+        shards = self.layout.per_rank(self._shard(samples))
         refs = [w.compute_logprobs.remote(s) for w, s in zip(self.workers, shards)]
-        per_rank = self._gather("compute_logprobs", refs)
-        return [values for shard in per_rank for values in shard]
+        per_shard = self.layout.per_shard(self._gather("compute_logprobs", refs))
+        return [values for shard in per_shard for values in shard]
 
     def save_checkpoint(self, path: str | Path) -> None:
         with atomic_dir(path) as scratch:
@@ -80,20 +91,31 @@ class TrainGroup:
             ray.kill(worker)
         self.workers = []
 
+    def _data_layout(self) -> DataLayout:
+        answers = self._call_all("data_rank")
+        size = data_parallel_size(self.trainer)
+        try:
+            return data_layout(answers, size, f"{data_parallel_key(self.trainer)}={size}")
+        except TrainerError as err:
+            self._fail(str(err), err)
+
     def _step_on_shards(self, method: str, samples: list[Sample], *args) -> dict[str, float]:
-        shards = self._shard(samples)
+        shards = self.layout.per_rank(self._shard(samples))
         refs = [getattr(w, method).remote(s, *args) for w, s in zip(self.workers, shards)]
         per_rank = self._gather(method, refs)
+        # Every rank returns the global metrics (all-reduced over the data-parallel group).
         return {key: sum(m[key] for m in per_rank) / len(per_rank) for key in per_rank[0]}
 
     def _shard(self, samples: list[Sample]) -> list[list[Sample]]:
+        """One shard per data-parallel index, in order."""
         check_samples(samples)
-        shards = split_even(list(samples), self.trainer.world_size, "trainer.world_size")
-        per_rank, minis = len(shards[0]), self.trainer.mini_batches
-        if per_rank % minis:
+        size, key = data_parallel_size(self.trainer), data_parallel_key(self.trainer)
+        shards = split_even(list(samples), size, key)
+        per_shard, minis = len(shards[0]), self.trainer.mini_batches
+        if per_shard % minis:
             raise ValueError(
-                f"each rank gets {per_rank} samples ({len(samples)} / trainer.world_size="
-                f"{self.trainer.world_size}), which does not divide into trainer.mini_batches={minis}"
+                f"each data-parallel shard gets {per_shard} samples ({len(samples)} / {key}="
+                f"{size}), which does not divide into trainer.mini_batches={minis}"
             )
         return shards
 

@@ -2,7 +2,7 @@
 
 The HF/torch.distributed backend (`loongsage.training.fsdp.TrainWorker`) implements it;
 a Megatron backend slots in by implementing the same methods. Every method except
-`rendezvous_address` is collective: the group calls it on all ranks at once.
+`rendezvous_address` and `data_rank` is collective: the group calls it on all ranks at once.
 """
 
 from __future__ import annotations
@@ -18,6 +18,11 @@ class TrainBackend(Protocol):
 
     def setup(self, master_addr: str, master_port: int) -> None:
         """Join the process group; load the model, optimizer and reference model."""
+
+    def data_rank(self) -> int:
+        """This rank's data-parallel index, asked after setup; ranks with the same index get the same
+        samples (the tensor- and pipeline-parallel peers of one model copy). Indices run 0..dp-1,
+        each held by the same number of ranks."""
 
     def train_step(self, samples: list[Sample], policy_version: int | None = None) -> dict[str, float]:
         """One trainer step on this rank's shard; metrics are already global. `policy_version`

@@ -3,6 +3,9 @@ and calls the way TrainGroup calls it."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from loongsage.training.backends import TRAIN_BACKENDS
@@ -12,6 +15,7 @@ from tests.plugin_contracts.call_shapes import ANY, accepts, method_problems
 TRAIN_GROUP_CALLS = {
     "rendezvous_address": (),
     "setup": (ANY, ANY),  # master_addr, master_port
+    "data_rank": (),  # after setup: which data-parallel shard this rank trains on
     "train_step": (ANY, ANY),  # samples, policy_version
     "supervised_step": (ANY, ANY),  # samples, lr
     "compute_logprobs": (ANY,),  # samples
@@ -28,3 +32,18 @@ def test_backend_is_constructed_and_called_the_way_train_group_does(name):
     # model_path, trainer settings, algorithm settings, seed, rank, cpus
     assert accepts(backend, ANY, ANY, ANY, ANY, ANY, ANY), f"{name}: constructor refuses TrainGroup's six arguments"
     assert method_problems(backend, TRAIN_GROUP_CALLS) == []
+
+
+def test_listing_the_backends_imports_no_backend_that_is_not_chosen():
+    # megatron-core takes seconds to import: a run (or a config check) that does not choose it never pays.
+    script = (
+        "import sys\n"
+        "from loongsage.training.backends import TRAIN_BACKENDS\n"
+        "assert 'megatron' in TRAIN_BACKENDS and sorted(TRAIN_BACKENDS) == ['fsdp', 'megatron'], sorted(TRAIN_BACKENDS)\n"
+        "from loongsage.config import Config, check\n"
+        "check(Config())\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'megatron' or m.startswith('loongsage.training.megatron')))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

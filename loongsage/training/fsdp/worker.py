@@ -74,6 +74,10 @@ class TrainWorker:
         self.optimizer, self.scheduler = build_optimizer(self.model, self.trainer)
         self.ref_model = self._reference_model(dtype) if self.algo.kl_coef > 0 else None
 
+    def data_rank(self) -> int:
+        """Every rank of this backend is a data-parallel rank of its own."""
+        return self.rank
+
     def close(self) -> None:
         leave_process_group()
 

@@ -20,7 +20,7 @@ def configured(key: str, value: str) -> Config:
     ("key", "value", "known"),
     [
         ("rollout.engine", "sglang", "embedded"),
-        ("trainer.backend", "megatron", "fsdp"),
+        ("trainer.backend", "deepspeed", "fsdp, megatron"),
         ("algorithm.advantage", "rloo", "grpo"),
         ("algorithm.policy_loss", "gspo", "ppo_clip"),
     ],

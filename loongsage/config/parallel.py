@@ -1,0 +1,45 @@
+"""How many ranks the trainer runs and over how many data-parallel shards a batch is split:
+one answer to each, for the rules, the placement and TrainGroup alike.
+
+trainer.backend=fsdp (and any backend but megatron): `trainer.world_size` ranks, each its own
+data-parallel shard. trainer.backend=megatron: `trainer.megatron.tp * pp * dp` ranks, and
+`trainer.megatron.dp` shards (the tp * pp ranks of one model copy share a shard).
+
+`trainer` is a `TrainerConfig` or anything with its attribute names. Pure: no torch, no Ray.
+"""
+
+from __future__ import annotations
+
+MEGATRON = "megatron"  # the trainer.backend whose ranks come from trainer.megatron.tp / pp / dp
+MEGATRON_RANKS = "trainer.megatron.tp * trainer.megatron.pp * trainer.megatron.dp"
+
+
+def uses_megatron(trainer) -> bool:
+    return trainer.backend == MEGATRON
+
+
+def train_ranks(trainer) -> int:
+    """Trainer ranks (Ray actors, one per device): trainer.world_size, or tp * pp * dp under megatron."""
+    if uses_megatron(trainer):
+        m = trainer.megatron
+        return m.tp * m.pp * m.dp
+    return trainer.world_size
+
+
+def data_parallel_size(trainer) -> int:
+    """Data-parallel shards of every batch: trainer.world_size (each fsdp rank is one), or trainer.megatron.dp."""
+    return trainer.megatron.dp if uses_megatron(trainer) else trainer.world_size
+
+
+def train_ranks_named(trainer) -> tuple[str, str]:
+    """The fields `train_ranks` multiplies and their values, for messages: ("trainer.world_size", "2")
+    or ("trainer.megatron.tp * trainer.megatron.pp * trainer.megatron.dp", "2 * 1 * 2")."""
+    if uses_megatron(trainer):
+        m = trainer.megatron
+        return MEGATRON_RANKS, f"{m.tp} * {m.pp} * {m.dp}"
+    return "trainer.world_size", str(trainer.world_size)
+
+
+def data_parallel_key(trainer) -> str:
+    """The field `data_parallel_size` reads."""
+    return "trainer.megatron.dp" if uses_megatron(trainer) else "trainer.world_size"
