@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
+import torch.distributed as dist
 from torch import Tensor
 
 from loongsage.algorithms.losses import entropy_from_logits, token_logprobs
+from loongsage.algorithms.vocab_parallel import vocab_parallel_entropy, vocab_parallel_token_logprobs
 
 
 class TokenScores(Protocol):
@@ -33,3 +35,18 @@ class FullVocabScores:
 
     def entropy(self) -> Tensor:
         return entropy_from_logits(self.logits)
+
+
+class VocabShardScores:
+    """Logits [B, C, V_local]: this tensor-parallel rank's columns [vocab_start, vocab_start +
+    V_local) of the vocabulary. Max and sum-exp are reduced over `group`; no rank ever holds
+    [tokens x full vocabulary]."""
+
+    def __init__(self, logits_shard: Tensor, vocab_start: int, group: dist.ProcessGroup | None):
+        self.logits_shard, self.vocab_start, self.group = logits_shard, vocab_start, group
+
+    def logprobs(self, targets: Tensor) -> Tensor:
+        return vocab_parallel_token_logprobs(self.logits_shard, targets, self.vocab_start, self.group)
+
+    def entropy(self) -> Tensor:
+        return vocab_parallel_entropy(self.logits_shard, self.group)
