@@ -1,7 +1,7 @@
 """What megatron-core assumes about CUDA, answered for a machine without it.
 
 megatron-core is written for GPUs. Run on CPU over gloo (tests, laptops, this project's CI),
-it meets four assumptions; each is answered here, and nothing else in the backend branches
+it meets five assumptions; each is answered here, and nothing else in the backend branches
 on the device. On a CUDA machine `install()` does nothing and `cuda_literals_on_cpu()` is a
 plain context: the real code paths run untouched.
 
@@ -22,6 +22,8 @@ plain context: the real code paths run untouched.
    softmax and bias fusions) are CUDA-only: `CPU_OFF` lists the TransformerConfig fields the
    mapping turns off. Sequence parallelism stays off too: it is what pulls in megatron's
    CUDA-allocated GlobalMemoryBuffer.
+5. `torch.cuda.synchronize()` is called by distributed checkpointing, synchronous saves included
+   (before it copies tensors to write them). Without CUDA there is nothing to wait for: a no-op.
 """
 
 from __future__ import annotations
@@ -48,10 +50,11 @@ def has_cuda() -> bool:
 
 
 def install() -> None:
-    """Process-wide answers to 1. and 3.; idempotent; a no-op where CUDA exists."""
+    """Process-wide answers to 1., 3. and 5.; idempotent; a no-op where CUDA exists."""
     if has_cuda():
         return
     torch.cuda.current_device = _cpu_device
+    torch.cuda.synchronize = _nothing_to_synchronize
     _install_cpu_rng_tracker()
 
 
@@ -62,6 +65,10 @@ def cuda_literals_on_cpu() -> contextlib.AbstractContextManager:
 
 def _cpu_device() -> str:
     return "cpu"
+
+
+def _nothing_to_synchronize(device=None) -> None:
+    return None
 
 
 class _CudaLiteralsOnCpu(TorchFunctionMode):

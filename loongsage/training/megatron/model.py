@@ -1,0 +1,143 @@
+"""This rank's GPTModel from a MegatronModelSpec, and its forward to (vocabulary-sharded) logits."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+
+from loongsage.training.megatron import cpu_shims
+from loongsage.training.megatron.mapping import MegatronModelSpec, padded_vocab_size
+
+
+def use_transformer_engine() -> bool:
+    """TransformerEngine's layer spec where it can run, the local (plain torch) spec elsewhere.
+    CUDA is asked first: importing TransformerEngine without a driver crashes."""
+    if not cpu_shims.has_cuda():
+        return False
+    try:
+        import transformer_engine  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def layer_spec(spec: MegatronModelSpec):
+    from megatron.core.models.gpt import gpt_layer_specs
+
+    if use_transformer_engine():
+        return gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec(qk_layernorm=spec.qk_norm)
+    return gpt_layer_specs.get_gpt_layer_local_spec(qk_layernorm=spec.qk_norm, normalization="RMSNorm")
+
+
+def build_model(spec: MegatronModelSpec, *, dtype: torch.dtype = torch.float32):
+    """The GPTModel of this rank's pipeline stage and tensor-parallel shard.
+
+    parallel_state must be initialized. The embedding and output layer have
+    `padded_vocab_size(spec.vocab_size, tp)` rows; `forward_logits` masks the padding.
+    Parameters are randomly initialized: load weights with convert.load_hf_weights.
+    """
+    from megatron.core import parallel_state as ps
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    cpu_shims.install()
+    tp = ps.get_tensor_model_parallel_world_size()
+    pp = ps.get_pipeline_model_parallel_world_size()
+    _check_divisible(spec, tp, pp)
+    config = TransformerConfig(
+        **spec.transformer,
+        tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp,
+        params_dtype=dtype,
+        pipeline_dtype=dtype,
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
+    )
+    gpt_kwargs = dict(spec.gpt) | dict(vocab_size=padded_vocab_size(spec.vocab_size, tp))
+    # Tied embeddings over pipeline stages: the constructor all-reduces the last stage's copy
+    # of the embedding with a `.cuda()` on it (see cpu_shims 2.).
+    with cpu_shims.cuda_literals_on_cpu():
+        model = GPTModel(
+            config=config,
+            transformer_layer_spec=layer_spec(spec),
+            pre_process=ps.is_pipeline_first_stage(),
+            post_process=ps.is_pipeline_last_stage(),
+            **gpt_kwargs,
+        )
+    model.vocab_size_unpadded = spec.vocab_size  # forward_logits masks the columns past it
+    # Created on the CPU (use_cpu_initialization); the CPU shim answers "cpu" here.
+    return model.to(torch.cuda.current_device())
+
+
+def _check_divisible(spec: MegatronModelSpec, tp: int, pp: int) -> None:
+    for field, value in (
+        ("num_attention_heads", spec.num_attention_heads),
+        ("num_key_value_heads", spec.num_query_groups),
+        ("intermediate_size", spec.ffn_hidden_size),
+    ):
+        if value % tp:
+            raise ValueError(f"{field}={value} does not split over tensor-parallel size tp={tp}")
+    if spec.num_layers % pp:
+        raise ValueError(f"num_hidden_layers={spec.num_layers} does not split over pipeline-parallel size pp={pp}")
+
+
+def gpt_model(model):
+    """The GPTModel inside megatron's wrappers (DistributedDataParallel, Float16Module)."""
+    from megatron.core.models.gpt import GPTModel
+
+    while not isinstance(model, GPTModel):
+        if not hasattr(model, "module"):
+            raise TypeError(f"{type(model).__name__} is not a megatron GPTModel nor wraps one")
+        model = model.module
+    return model
+
+
+def forward_logits(model, input_ids: Tensor, position_ids: Tensor, first_position: int = 0) -> Tensor:
+    """Logits [B, T - first_position, V_local] of positions first_position.. on the last pipeline
+    stage (this rank's vocabulary shard, padding columns at -inf); on an earlier stage, its output
+    hidden states [T, B, H] (megatron's layout) for the next stage.
+
+    `position_ids` must count 0..T-1 in every row (right padding): megatron's RoPE derives the
+    positions from the sequence length and does not read position_ids.
+    """
+    gpt = gpt_model(model)
+    _check_positions(position_ids)
+    mask = causal_mask(input_ids.shape[1], str(input_ids.device))
+    hook = None
+    if gpt.post_process and first_position:
+        # Only the output layer is skipped for the leading positions: the decoder (its final
+        # norm included) still sees every token.
+        hook = gpt.decoder.register_forward_hook(lambda _module, _args, hidden: hidden[first_position:])
+    try:
+        output = model(input_ids, position_ids, attention_mask=mask)
+    finally:
+        if hook is not None:
+            hook.remove()
+    if not gpt.post_process:
+        return output
+    return _mask_vocab_padding(output, gpt.vocab_size_unpadded)
+
+
+@functools.lru_cache(maxsize=8)
+def causal_mask(length: int, device: str) -> Tensor:
+    """[1, 1, T, T] bool, True = masked. Passed explicitly: megatron's default mask is made on "cuda"."""
+    return torch.ones(length, length, dtype=torch.bool, device=device).triu(diagonal=1)[None, None]
+
+
+def _check_positions(position_ids: Tensor) -> None:
+    expected = torch.arange(position_ids.shape[-1], device=position_ids.device).expand_as(position_ids)
+    if not torch.equal(position_ids, expected):
+        raise ValueError("position_ids must be 0..T-1 in every row (right-padded batches): megatron's RoPE does not read them")
+
+
+def _mask_vocab_padding(logits: Tensor, vocab_size: int) -> Tensor:
+    from megatron.core import parallel_state as ps
+
+    local = logits.shape[-1]
+    start = ps.get_tensor_model_parallel_rank() * local
+    if start + local <= vocab_size:
+        return logits
+    padding = torch.arange(start, start + local, device=logits.device) >= vocab_size
+    return logits.masked_fill(padding, float("-inf"))
