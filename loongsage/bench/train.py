@@ -1,9 +1,11 @@
 """Trainer step vs a plain HF forward/backward + AdamW loop, tokens/s on the same batch.
 
-    python -m loongsage.bench train [--model smollm2-135m] [--samples 4] [--prompt-len 32]
-                                    [--response-len 64] [--micro-batch-size 2] [--steps 2] [--repeats 3]
+    python -m loongsage.bench train [--backend fsdp|megatron] [--model smollm2-135m] [--samples 4]
+                                    [--prompt-len 32] [--response-len 64] [--micro-batch-size 2]
+                                    [--steps 2] [--repeats 3]
 
-Ours is one TrainWorker (world_size 1, the default DDP strategy) doing full train steps:
+Ours is one rank of the `--backend` trainer (fsdp: world_size 1, the default DDP strategy;
+megatron: tp = pp = dp = 1, megatron's DDP, optimizer and schedule) doing full train steps:
 PPO-clip loss, entropy and mismatch-KL metrics, gradient accumulation over micro-batches,
 grad clipping and AdamW. The baseline is what a user would write by hand: HF's own
 causal-LM loss on the response tokens, the same micro-batches, grad clipping and
@@ -27,8 +29,8 @@ from loongsage.bench.repeat import add_repeats_argument, interleaved, pair_ratio
 from loongsage.config.schema import AlgorithmConfig, TrainerConfig
 from loongsage.models import load_causal_lm, resolve_model_path
 from loongsage.sample import Sample
+from loongsage.training.backends import TRAIN_BACKENDS
 from loongsage.training.batch import PackedBatch, pack_samples, split_micro_batches
-from loongsage.training.fsdp import TrainWorker
 
 LR = 1e-6
 
@@ -40,7 +42,7 @@ def main(argv: list[str]) -> int:
     samples = _samples(args)
     tokens = sum(sample.num_tokens for sample in samples)
     print(
-        f"model={args.model} samples={args.samples} tokens/step={tokens} "
+        f"backend={args.backend} model={args.model} samples={args.samples} tokens/step={tokens} "
         f"micro_batch_size={args.micro_batch_size} threads={torch.get_num_threads()} "
         f"runs of {args.steps} steps, {args.repeats} each side"
     )
@@ -75,6 +77,7 @@ def _report(name: str, step_seconds: list[float], tokens: int) -> None:
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m loongsage.bench train", description=__doc__.split("\n")[0])
+    parser.add_argument("--backend", default="fsdp", choices=sorted(TRAIN_BACKENDS), help="trainer.backend of ours")
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--samples", type=int, default=4)
     parser.add_argument("--prompt-len", type=int, default=32)
@@ -104,9 +107,11 @@ def _samples(args: argparse.Namespace) -> list[Sample]:
     return samples
 
 
-def _trainer(model_path, args: argparse.Namespace) -> TrainWorker:
-    settings = TrainerConfig(micro_batch_size=args.micro_batch_size, lr=LR, num_threads=torch.get_num_threads())
-    worker = TrainWorker(str(model_path), settings, AlgorithmConfig(), seed=args.seed, rank=0)
+def _trainer(model_path, args: argparse.Namespace):
+    settings = TrainerConfig(
+        backend=args.backend, micro_batch_size=args.micro_batch_size, lr=LR, num_threads=torch.get_num_threads()
+    )
+    worker = TRAIN_BACKENDS.get(args.backend)(str(model_path), settings, AlgorithmConfig(), seed=args.seed, rank=0)
     worker.setup(*worker.rendezvous_address())
     return worker
 

@@ -1,0 +1,69 @@
+"""megatron-core's parallel state for this rank: the tensor-, pipeline- and data-parallel groups."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch.distributed as dist
+
+from loongsage.config.schema import MegatronConfig
+from loongsage.training.megatron import cpu_shims
+
+# megatron-LM's offset for the tensor-parallel RNG stream (model_parallel_cuda_manual_seed):
+# every tensor-parallel rank draws a different stream, data-parallel replicas the same one.
+TENSOR_PARALLEL_SEED_OFFSET = 2718
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where this rank sits; the groups are megatron's own."""
+
+    tp_rank: int
+    tp_size: int
+    pp_rank: int
+    pp_size: int
+    dp_rank: int
+    dp_size: int
+    tp_group: dist.ProcessGroup
+    dp_group: dist.ProcessGroup
+    pp_group: dist.ProcessGroup
+
+    @property
+    def is_last_stage(self) -> bool:
+        return self.pp_rank == self.pp_size - 1
+
+
+def init_model_parallel(layout: MegatronConfig, seed: int) -> Layout:
+    """Collective over the (already joined) default group, whose size is tp * pp * dp."""
+    from megatron.core import parallel_state as ps
+    from megatron.core import tensor_parallel
+
+    cpu_shims.install()
+    expected = layout.tp * layout.pp * layout.dp
+    if dist.get_world_size() != expected:
+        raise ValueError(
+            f"the trainer has {dist.get_world_size()} ranks but trainer.megatron.tp * pp * dp = "
+            f"{layout.tp} * {layout.pp} * {layout.dp} = {expected}"
+        )
+    ps.initialize_model_parallel(tensor_model_parallel_size=layout.tp, pipeline_model_parallel_size=layout.pp)
+    tracker = tensor_parallel.get_cuda_rng_tracker()
+    tracker.reset()
+    tracker.add("model-parallel-rng", seed + TENSOR_PARALLEL_SEED_OFFSET + ps.get_tensor_model_parallel_rank())
+    return Layout(
+        tp_rank=ps.get_tensor_model_parallel_rank(),
+        tp_size=ps.get_tensor_model_parallel_world_size(),
+        pp_rank=ps.get_pipeline_model_parallel_rank(),
+        pp_size=ps.get_pipeline_model_parallel_world_size(),
+        dp_rank=ps.get_data_parallel_rank(),
+        dp_size=ps.get_data_parallel_world_size(),
+        tp_group=ps.get_tensor_model_parallel_group(),
+        dp_group=ps.get_data_parallel_group(),
+        pp_group=ps.get_pipeline_model_parallel_group(),
+    )
+
+
+def destroy_model_parallel() -> None:
+    from megatron.core import parallel_state as ps
+
+    if ps.model_parallel_is_initialized():
+        ps.destroy_model_parallel()

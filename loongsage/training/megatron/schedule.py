@@ -1,0 +1,56 @@
+"""Micro-batches through megatron's forward-backward schedule, each scored by the caller.
+
+megatron's `get_forward_backward_func` owns the order of forwards and backwards (and the
+hand-offs between pipeline stages); we hand it our packed micro-batches and, per micro-batch,
+a function from its token scores to the loss to backpropagate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import Tensor
+
+from loongsage.training.batch import PackedBatch
+from loongsage.training.megatron import cpu_shims
+from loongsage.training.megatron.model import forward_logits
+from loongsage.training.megatron.parallel import Layout
+from loongsage.training.token_scores import TokenScores, VocabShardScores
+
+# (index of the micro-batch, the micro-batch, its token scores) -> the loss to backpropagate
+ScoreFn = Callable[[int, PackedBatch, TokenScores], Tensor]
+
+
+def run_micro_batches(model, micros: list[PackedBatch], layout: Layout, on_scores: ScoreFn, forward_only: bool) -> None:
+    """Forward every micro-batch (and backward unless `forward_only`), calling `on_scores` on the
+    last pipeline stage. Gradients accumulate in the DDP buffers and are reduced over the
+    data-parallel group after the last micro-batch."""
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    batches = iter(enumerate(micros))
+
+    def forward_step(data_iterator, chunk):
+        index, micro = next(data_iterator)
+        logits = forward_logits(chunk, micro.input_ids, micro.position_ids, first_position=micro.first_column)
+
+        def loss_func(output: Tensor):
+            vocab_start = layout.tp_rank * output.shape[-1]
+            scores = VocabShardScores(output[:, :-1], vocab_start, layout.tp_group)
+            loss = on_scores(index, micro, scores)
+            # The schedule divides each micro-batch's loss by their number, for a mean; our
+            # losses are already weighted by their share of the global batch, so undo it.
+            return loss * len(micros), {}
+
+        return logits, loss_func
+
+    width = max(micro.input_ids.shape[1] for micro in micros)
+    with cpu_shims.cuda_literals_on_cpu():
+        get_forward_backward_func()(
+            forward_step_func=forward_step,
+            data_iterator=batches,
+            model=[model],
+            num_microbatches=len(micros),
+            seq_length=width,
+            micro_batch_size=micros[0].input_ids.shape[0],
+            forward_only=forward_only,
+        )

@@ -1,0 +1,178 @@
+"""One rank of the Megatron trainer: megatron-core's GPTModel, DDP and optimizer, driven by
+its forward-backward schedule, training the same objective as the HF backend.
+
+A plain class: TrainGroup runs tp * pp * dp of them as Ray actors; tests may use it in-process.
+Every method but `rendezvous_address` is collective over all ranks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from loongsage import transfer
+from loongsage.cluster.hosts import this_host
+from loongsage.config.schema import AlgorithmConfig, TrainerConfig
+from loongsage.sample import Sample
+from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
+from loongsage.training.lr_schedule import Warmup
+from loongsage.training.megatron import checkpoint, cpu_shims
+from loongsage.training.megatron.convert import hf_weights, load_hf_weights
+from loongsage.training.megatron.mapping import model_spec
+from loongsage.training.megatron.model import build_model
+from loongsage.training.megatron.optim import build_optimizer, set_lr, wrap_ddp
+from loongsage.training.megatron.parallel import destroy_model_parallel, init_model_parallel
+from loongsage.training.megatron.schedule import run_micro_batches
+from loongsage.training.metrics import StepMetrics
+from loongsage.training.objective import check_off_policy_inputs, micro_objective, supervised_objective
+from loongsage.training.rank_process import (
+    join_process_group,
+    leave_process_group,
+    rendezvous_address,
+    seed_everything,
+    use_cores,
+)
+from loongsage.training.settings import train_ranks
+from loongsage.training.shares import global_shares
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+class MegatronWorker:
+    def __init__(
+        self, model_path: str, trainer: TrainerConfig, algo: AlgorithmConfig, seed: int, rank: int, cpus: list[int] | None = None
+    ):
+        use_cores(cpus, trainer.num_threads)
+        self.model_path = Path(model_path)
+        self.trainer, self.algo = trainer, algo
+        self.seed, self.rank = seed, rank
+        self.step = 0
+        seed_everything(seed + rank)
+
+    def rendezvous_address(self) -> tuple[str, int]:
+        return rendezvous_address()
+
+    def setup(self, master_addr: str, master_port: int) -> None:
+        join_process_group(master_addr, master_port, self.rank, train_ranks(self.trainer))
+        self.layout = init_model_parallel(self.trainer.megatron, self.seed)
+        self.spec = model_spec(json.loads((self.model_path / "config.json").read_text()))
+        self.model = wrap_ddp(self._load_model(), self.trainer.megatron)
+        self.optimizer = build_optimizer(self.model, self.trainer, self.trainer.megatron)
+        self.warmup = Warmup(self.trainer.warmup_steps)
+        self.ref_model = self._load_model().requires_grad_(False) if self.algo.kl_coef > 0 else None
+
+    def data_rank(self) -> int:
+        return self.layout.dp_rank
+
+    def close(self) -> None:
+        destroy_model_parallel()
+        leave_process_group()
+
+    def train_step(self, samples: list[Sample], policy_version: int | None = None) -> dict[str, float]:
+        """As the HF backend's (loongsage.training.fsdp.worker): mini-batches, each one optimizer
+        step; `policy_version` is read by algorithm.proximal=interpolate."""
+        check_off_policy_inputs(samples, self.algo, policy_version)
+        minis = [
+            [pack_samples(chunk) for chunk in split_micro_batches(mini, self.trainer.micro_batch_size)]
+            for mini in split_even(samples, self.trainer.mini_batches, "trainer.mini_batches")
+        ]
+        # Why recompute is skipped for a single mini-batch: see the HF backend's train_step.
+        recompute = len(minis) > 1 and self.algo.proximal == "recompute"
+        olds = [self._logprobs(self.model, mini) if recompute else None for mini in minis]
+        refs = [self._logprobs(self.ref_model, mini) if self.ref_model is not None else None for mini in minis]
+        lr = self.trainer.lr * self.warmup(self.step)
+        set_lr(self.optimizer, lr)
+        sums = self._step_metrics(with_kl=self.ref_model is not None, with_is=self.algo.is_level != "none")
+        for index, (mini, old, ref) in enumerate(zip(minis, olds, refs)):
+            versions = None if policy_version is None else (policy_version, policy_version + index / len(minis))
+            self._optimizer_step(mini, old, ref, sums, policy_versions=versions)
+        self.step += 1
+        return sums.reduce(num_minis=len(minis), lr=lr)
+
+    def supervised_step(self, samples: list[Sample], lr: float) -> dict[str, float]:
+        """One optimizer step on the NLL of the masked tokens at `lr`, outside the RL schedule."""
+        micros = [pack_samples(chunk) for chunk in split_micro_batches(samples, self.trainer.micro_batch_size)]
+        sums = self._step_metrics(with_kl=False)
+        set_lr(self.optimizer, lr)
+        self._optimizer_step(micros, None, None, sums, supervised=True)
+        return sums.reduce(num_minis=1, lr=lr)
+
+    def compute_logprobs(self, samples: list[Sample]) -> list[list[float]]:
+        micros = [pack_samples(chunk) for chunk in split_micro_batches(samples, self.trainer.micro_batch_size)]
+        logprobs = self._logprobs(self.model, micros)
+        return [values for micro, lp in zip(micros, logprobs) for values in micro.response_values(lp)]
+
+    def save_checkpoint(self, path: str) -> None:
+        checkpoint.save(Path(path), self)
+
+    def load_checkpoint(self, path: str) -> int:
+        self.step = checkpoint.load(Path(path), self)
+        return self.step
+
+    def push_weights(self, engine_urls: list[str], version: int) -> dict | None:
+        """Collective: every rank takes part in gathering each tensor; rank 0 sends the buckets."""
+        named = hf_weights(self.model.module, self.spec)
+        if self.rank != 0:
+            for _ in named:  # the gathers of the tensors rank 0 is sending
+                pass
+            return None
+        bucket_bytes = self.trainer.weight_sync_bucket_mb * 1024 * 1024
+        return transfer.push_weights(
+            named, engine_urls, version, bucket_bytes, self.trainer.weight_sync_transport, sender_host=this_host()
+        )
+
+    def _optimizer_step(
+        self,
+        micros: list[PackedBatch],
+        olds: list[Tensor] | None,
+        refs: list[Tensor] | None,
+        sums: StepMetrics,
+        supervised: bool = False,
+        policy_versions: tuple[float, float] | None = None,
+    ) -> None:
+        group = self.layout.dp_group
+        weights = global_shares(micros, "token_mean" if supervised else self.algo.loss_aggregation, group)
+        token_weights = global_shares(micros, "token_mean", group)
+
+        def on_scores(index: int, micro: PackedBatch, scores) -> Tensor:
+            old = olds[index] if olds else None
+            if supervised:
+                result = supervised_objective(scores, micro)
+            else:
+                result = micro_objective(scores, micro, old, refs[index] if refs else None, self.algo, policy_versions)
+            sums.add_micro(micro, result, old, weights[index], token_weights[index])
+            # megatron's DDP averages gradients over data-parallel ranks; each rank scales by
+            # their number to end with the global-batch loss, as the HF backend does.
+            return result.loss * (weights[index] * self.layout.dp_size)
+
+        self.model.train()
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        run_micro_batches(self.model, micros, self.layout, on_scores, forward_only=False)
+        with cpu_shims.cuda_literals_on_cpu():
+            _, grad_norm, _ = self.optimizer.step()
+        sums.grad_norm += float(grad_norm)
+
+    @torch.no_grad()
+    def _logprobs(self, model, micros: list[PackedBatch]) -> list[Tensor]:
+        model.eval()
+        logprobs: list[Tensor | None] = [None] * len(micros)
+
+        def on_scores(index: int, micro: PackedBatch, scores) -> Tensor:
+            logprobs[index] = scores.logprobs(micro.targets)
+            return logprobs[index].sum()
+
+        run_micro_batches(model, micros, self.layout, on_scores, forward_only=True)
+        return logprobs
+
+    def _step_metrics(self, with_kl: bool, with_is: bool = False) -> StepMetrics:
+        # Tensor-parallel peers hold the same values: the batch is spread over data-parallel ranks only.
+        return StepMetrics(with_kl=with_kl, with_is=with_is, group=self.layout.dp_group)
+
+    def _load_model(self):
+        model = build_model(self.spec, dtype=DTYPES[self.trainer.dtype])
+        load_hf_weights(model, self.model_path, self.spec)
+        return model
