@@ -1,63 +1,171 @@
-"""Run a body on every rank of a real Megatron trainer: one spawned process per rank, a gloo
-group between them, the rank's MegatronWorker handed to the body; results come back per rank.
-
-Spawned, not in the test process: megatron-core keeps its parallel state in module globals
-and cpu_shims patches torch process-wide, neither of which should leak into other tests.
-"""
+"""Rank programs for the multi-process megatron tests: real gloo groups, one process per rank."""
 
 from __future__ import annotations
 
-import socket
-from collections.abc import Callable
+import json
+import time
 from pathlib import Path
-from typing import Any
 
 import torch
-import torch.multiprocessing as mp
 
-from loongsage.config.parallel import train_ranks
-from loongsage.config.schema import AlgorithmConfig, TrainerConfig
-
-
-def run_ranks(
-    model_path: str, trainer: TrainerConfig, body: Callable[[Any], Any], out_dir: Path, algo: AlgorithmConfig | None = None
-) -> list[Any]:
-    """`body(worker)` on every rank after setup; a module-level function (it is pickled by name)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    ranks = train_ranks(trainer)
-    args = (model_path, trainer, algo or AlgorithmConfig(), body, port, str(out_dir))
-    mp.spawn(_rank_main, args=args, nprocs=ranks, join=True)
-    return [torch.load(out_dir / f"rank{rank}.pt", weights_only=False) for rank in range(ranks)]
+SEQ = 12
+ROWS = 2
 
 
-def _rank_main(rank: int, model_path, trainer, algo, body, port: int, out_dir: str) -> None:
-    from loongsage.training.megatron.worker import MegatronWorker
+def run_ranks(program, world_size: int, *args, timeout_s: float = 240) -> None:
+    """`program(rank, world_size, store, *args)` in `world_size` spawned processes; a rank's
+    exception fails the caller with its traceback, a hang past `timeout_s` kills them all."""
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="gloo-") as store_dir:
+        context = mp.start_processes(
+            program, args=(world_size, f"{store_dir}/rendezvous", *args), nprocs=world_size, join=False, start_method="spawn"
+        )
+        deadline = time.monotonic() + timeout_s
+        while not context.join(timeout=1):
+            if time.monotonic() > deadline:
+                for process in context.processes:
+                    process.kill()
+                raise TimeoutError(f"{world_size} ranks still running after {timeout_s} s")
+
+
+def token_ids(vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.randint(0, vocab_size, (ROWS, SEQ), generator=torch.Generator().manual_seed(0))
+    return ids, torch.arange(SEQ).expand(ROWS, SEQ)
+
+
+def _join(rank: int, world_size: int, store: str) -> None:
+    import torch.distributed as dist
 
     torch.set_num_threads(1)
-    worker = MegatronWorker(model_path, trainer, algo, seed=0, rank=rank)
-    worker.setup("127.0.0.1", port)
-    try:
-        result = body(worker)
-    finally:
-        worker.close()
-    torch.save(result, Path(out_dir) / f"rank{rank}.pt")
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
 
 
-def hf_gradients(worker) -> dict[str, torch.Tensor]:
-    """The reduced gradients of the last step, gathered and HF-named like the weights (rank 0;
-    empty elsewhere). Collective. Reads megatron's DDP grad buffers (`main_grad`), so the
-    optimizer must not shard them (distributed_optimizer=False) for the values to be whole."""
+def _parallel_state(tp: int, pp: int) -> None:
+    from megatron.core import parallel_state as ps
+    from megatron.core import tensor_parallel
+
+    from loongsage.training.megatron import cpu_shims
+
+    cpu_shims.install()
+    ps.destroy_model_parallel()
+    ps.initialize_model_parallel(tp, pp)
+    tracker = tensor_parallel.get_cuda_rng_tracker()
+    tracker.reset()
+    tracker.add("model-parallel-rng", 1234)
+
+
+def _loaded(hf_dir: Path):
+    from loongsage.training.megatron.convert import load_hf_weights
+    from loongsage.training.megatron.mapping import model_spec
+    from loongsage.training.megatron.model import build_model
+
+    spec = model_spec(json.loads((hf_dir / "config.json").read_text()))
+    model = build_model(spec)
+    load_hf_weights(model, hf_dir, spec)
+    return model.eval(), spec
+
+
+def tensor_parallel_program(rank: int, world_size: int, store: str, models: dict[str, str], out: str) -> None:
+    """tp=1 (as two replicas) for the reference logits and a distributed checkpoint of the first
+    model, then tp=2: gathered logits, hf_weights, and that checkpoint loaded at tp=2."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    from loongsage.models.convert import load_megatron_checkpoint, save_megatron_checkpoint
     from loongsage.training.megatron.convert import hf_weights
+    from loongsage.training.megatron.model import forward_logits
 
-    params = list(worker.model.module.parameters())
-    weights = [param.data for param in params]
-    for param in params:
-        param.data = param.main_grad
-    try:
-        return {name: tensor.clone() for name, tensor in hf_weights(worker.model.module, worker.spec)}
-    finally:
-        for param, data in zip(params, weights):
-            param.data = data
+    _join(rank, world_size, store)
+    results: dict = {name: {} for name in models}
+    checkpointed = next(iter(models))
+    checkpoint_dir = Path(out).parent / "megatron_tp1"
+
+    _parallel_state(tp=1, pp=1)
+    for name, hf_dir in models.items():
+        model, spec = _loaded(Path(hf_dir))
+        with torch.no_grad():
+            results[name]["tp1_logits"] = forward_logits(model, *token_ids(spec.vocab_size))
+        if name == checkpointed:
+            if rank == 0:
+                checkpoint_dir.mkdir()
+            dist.barrier()
+            save_megatron_checkpoint(model, checkpoint_dir, hf_dir)
+
+    _parallel_state(tp=2, pp=1)
+    tp_group = ps.get_tensor_model_parallel_group()
+    for name, hf_dir in models.items():
+        model, spec = _loaded(Path(hf_dir))
+        with torch.no_grad():
+            local = forward_logits(model, *token_ids(spec.vocab_size))
+        pieces = [torch.empty_like(local) for _ in range(2)]
+        dist.all_gather(pieces, local, group=tp_group)
+        results[name]["tp2_logits"] = torch.cat(pieces, dim=-1)
+        results[name]["tp2_local_vocab"] = local.shape[-1]
+        results[name]["tp2_weights"] = dict(hf_weights(model, spec))
+        if name == checkpointed:
+            from_checkpoint, _ = _loaded(Path(hf_dir))
+            for param in from_checkpoint.parameters():
+                param.data.zero_()
+            load_megatron_checkpoint(from_checkpoint, checkpoint_dir)
+            same = all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), from_checkpoint.state_dict().values()) if isinstance(a, torch.Tensor))
+            agree = torch.tensor([int(same)])
+            dist.all_reduce(agree, op=dist.ReduceOp.MIN)
+            results[name]["tp2_from_tp1_checkpoint_equal"] = bool(agree.item())
+    if rank == 0:
+        torch.save(results, out)
+    ps.destroy_model_parallel()
+    dist.destroy_process_group()
+
+
+def pipeline_parallel_program(rank: int, world_size: int, store: str, models: dict[str, str], out: str) -> None:
+    """pp=2: logits through megatron's pipeline schedule (forward only) and hf_weights."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+
+    from loongsage.training.megatron import cpu_shims
+    from loongsage.training.megatron.convert import hf_weights
+    from loongsage.training.megatron.model import forward_logits
+
+    _join(rank, world_size, store)
+    _parallel_state(tp=1, pp=2)
+    results: dict = {name: {} for name in models}
+    for name, hf_dir in models.items():
+        model, spec = _loaded(Path(hf_dir))
+        ids, positions = token_ids(spec.vocab_size)
+        last_stage_logits = []
+
+        def forward_step(batches, chunk, ids=ids, positions=positions, kept=last_stage_logits):
+            next(batches)
+            output = forward_logits(chunk, ids, positions)
+
+            def keep(logits):
+                kept.append(logits.detach())
+                return logits.sum() * 0, {}
+
+            return output, keep
+
+        with torch.no_grad(), cpu_shims.cuda_literals_on_cpu():
+            get_forward_backward_func()(
+                forward_step_func=forward_step,
+                data_iterator=iter([None]),
+                model=[model],
+                num_microbatches=1,
+                seq_length=ids.shape[1],
+                micro_batch_size=ids.shape[0],
+                forward_only=True,
+            )
+        stage_layers = [layer.layer_number - 1 for layer in model.decoder.layers]
+        results[name]["stage_layers"] = [None] * world_size
+        dist.all_gather_object(results[name]["stage_layers"], stage_layers)
+        logits = [None] * world_size
+        dist.all_gather_object(logits, last_stage_logits[0] if last_stage_logits else None)
+        results[name]["pp2_logits"] = logits[-1]
+        results[name]["pp2_weights"] = dict(hf_weights(model, spec))
+    if rank == 0:
+        torch.save(results, out)
+    ps.destroy_model_parallel()
+    dist.destroy_process_group()

@@ -11,7 +11,7 @@ import torch
 
 from loongsage.config.schema import AlgorithmConfig, MegatronConfig, TrainerConfig
 from loongsage.sample import Sample
-from tests.integration.megatron_ranks import hf_gradients, run_ranks
+from tests.integration.megatron_workers import hf_gradients, run_ranks
 from tests.samples import random_samples
 
 SAMPLES = random_samples(8, seed=3, partial_mask=True)
@@ -21,9 +21,9 @@ UNCLIPPED = 1e9
 METRICS_COMPARED = ("train/loss", "train/pg_loss", "train/entropy", "train/grad_norm", "train/mismatch_k3_kl", "train/tokens")
 
 
-def trainer(tp: int = 1, dp: int = 1, distributed_optimizer: bool = False, **kw) -> TrainerConfig:
+def trainer(tp: int = 1, dp: int = 1, pp: int = 1, distributed_optimizer: bool = False, **kw) -> TrainerConfig:
     settings = dict(micro_batch_size=2, mini_batches=1, lr=1e-3, max_grad_norm=UNCLIPPED, num_threads=1) | kw
-    layout = MegatronConfig(tp=tp, dp=dp, distributed_optimizer=distributed_optimizer)
+    layout = MegatronConfig(tp=tp, pp=pp, dp=dp, distributed_optimizer=distributed_optimizer)
     return TrainerConfig(backend="megatron", megatron=layout, **settings)
 
 
@@ -125,3 +125,15 @@ def test_resume_gives_the_same_next_step_and_exports_an_hf_model(tiny_model_path
     hf_logprobs = batch.response_values(token_logprobs(logits, batch.targets))
     for got_tp1, got_hf in zip(other["logprobs"], hf_logprobs):
         assert got_tp1 == pytest.approx(got_hf, abs=1e-4)
+
+
+def test_pipeline_stages_take_the_single_rank_step(single_rank, tiny_model_path, tmp_path):
+    ranks = run_ranks(tiny_model_path, trainer(pp=2), one_step, tmp_path, ALGO)
+    for result in ranks:  # the first stage reports what the last one computed
+        for key in METRICS_COMPARED:
+            assert result["metrics"][key] == pytest.approx(single_rank["metrics"][key], rel=1e-5, abs=1e-7), key
+        for got, expected in zip(result["logprobs"], single_rank["logprobs"]):
+            assert got == pytest.approx(expected, abs=1e-5)
+    for name, expected in single_rank["grads"].items():
+        scale = expected.abs().max().item()
+        torch.testing.assert_close(ranks[0]["grads"][name], expected, rtol=1e-5, atol=1e-6 * scale, msg=name)
