@@ -52,9 +52,14 @@ class PackedBatch:
         return [per_token[i, start:end].tolist() for i, (start, end) in enumerate(self.response_spans)]
 
 
-def pack_samples(samples: list[Sample]) -> PackedBatch:
+def pack_samples(samples: list[Sample], width: int | None = None) -> PackedBatch:
+    """`width`: pad to this many positions (default: the longest sample's), e.g. so that every
+    micro-batch of a step has the one shape pipeline stages exchange."""
     check_samples(samples)
-    width = max(sample.num_tokens for sample in samples)
+    longest = max(sample.num_tokens for sample in samples)
+    if width is not None and width < longest:
+        raise ValueError(f"pack width {width} is shorter than the longest sample ({longest} tokens)")
+    width = width or longest
     first_column = min(len(sample.prompt_ids) for sample in samples) - 1
     rows, columns = len(samples), width - 1 - first_column
     input_ids = torch.full((rows, width), PAD_TOKEN_ID, dtype=torch.long)

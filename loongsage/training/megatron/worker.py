@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
 from loongsage import transfer
@@ -75,10 +76,7 @@ class MegatronWorker:
         """As the HF backend's (loongsage.training.fsdp.worker): mini-batches, each one optimizer
         step; `policy_version` is read by algorithm.proximal=interpolate."""
         check_off_policy_inputs(samples, self.algo, policy_version)
-        minis = [
-            [pack_samples(chunk) for chunk in split_micro_batches(mini, self.trainer.micro_batch_size)]
-            for mini in split_even(samples, self.trainer.mini_batches, "trainer.mini_batches")
-        ]
+        minis = [self._pack(mini) for mini in split_even(samples, self.trainer.mini_batches, "trainer.mini_batches")]
         # Why recompute is skipped for a single mini-batch: see the HF backend's train_step.
         recompute = len(minis) > 1 and self.algo.proximal == "recompute"
         olds = [self._logprobs(self.model, mini) if recompute else None for mini in minis]
@@ -90,20 +88,21 @@ class MegatronWorker:
             versions = None if policy_version is None else (policy_version, policy_version + index / len(minis))
             self._optimizer_step(mini, old, ref, sums, policy_versions=versions)
         self.step += 1
-        return sums.reduce(num_minis=len(minis), lr=lr)
+        return self._from_last_stage(sums.reduce(num_minis=len(minis), lr=lr))
 
     def supervised_step(self, samples: list[Sample], lr: float) -> dict[str, float]:
         """One optimizer step on the NLL of the masked tokens at `lr`, outside the RL schedule."""
-        micros = [pack_samples(chunk) for chunk in split_micro_batches(samples, self.trainer.micro_batch_size)]
         sums = self._step_metrics(with_kl=False)
         set_lr(self.optimizer, lr)
-        self._optimizer_step(micros, None, None, sums, supervised=True)
-        return sums.reduce(num_minis=1, lr=lr)
+        self._optimizer_step(self._pack(samples), None, None, sums, supervised=True)
+        return self._from_last_stage(sums.reduce(num_minis=1, lr=lr))
 
     def compute_logprobs(self, samples: list[Sample]) -> list[list[float]]:
-        micros = [pack_samples(chunk) for chunk in split_micro_batches(samples, self.trainer.micro_batch_size)]
+        micros = self._pack(samples)
         logprobs = self._logprobs(self.model, micros)
-        return [values for micro, lp in zip(micros, logprobs) for values in micro.response_values(lp)]
+        if not self.layout.is_last_stage:
+            return self._from_last_stage(None)
+        return self._from_last_stage([values for micro, lp in zip(micros, logprobs) for values in micro.response_values(lp)])
 
     def save_checkpoint(self, path: str) -> None:
         checkpoint.save(Path(path), self)
@@ -167,6 +166,20 @@ class MegatronWorker:
 
         run_micro_batches(model, micros, self.layout, on_scores, forward_only=True)
         return logprobs
+
+    def _pack(self, samples: list[Sample]) -> list[PackedBatch]:
+        # Pipeline stages hand each other activations of one fixed shape: pad every micro-batch alike.
+        width = max(sample.num_tokens for sample in samples) if self.layout.pp_size > 1 else None
+        return [pack_samples(chunk, width) for chunk in split_micro_batches(samples, self.trainer.micro_batch_size)]
+
+    def _from_last_stage(self, value):
+        """Only the last pipeline stage computes losses and log-probs; every stage returns its values."""
+        if self.layout.pp_size == 1:
+            return value
+        box = [value]
+        last = dist.get_global_rank(self.layout.pp_group, self.layout.pp_size - 1)
+        dist.broadcast_object_list(box, src=last, group=self.layout.pp_group)
+        return box[0]
 
     def _step_metrics(self, with_kl: bool, with_is: bool = False) -> StepMetrics:
         # Tensor-parallel peers hold the same values: the batch is spread over data-parallel ranks only.
