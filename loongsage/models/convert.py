@@ -54,33 +54,16 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".index.json"
 
 def hf_to_megatron(hf_dir: str | Path, out: str | Path) -> Path:
     """Write the HF model in `hf_dir` as a Megatron distributed checkpoint in `out`."""
-    from megatron.core import dist_checkpointing
-
     from loongsage.training.megatron.convert import load_hf_weights
-    from loongsage.training.megatron.mapping import padded_vocab_size
 
     hf_dir, out = Path(hf_dir), Path(out)
     spec = _hf_spec(hf_dir)
     with SafetensorsReader(hf_dir) as reader:
         dtype = reader.dtype("model.embed_tokens.weight")
-    with _single_rank(), _atomic_dir(out) as scratch:
+    with _atomic_dir(out) as scratch, _single_rank():
         model = _build(spec, dtype)
         load_hf_weights(model, hf_dir, spec)
-        (scratch / RELEASE).mkdir()
-        dist_checkpointing.save(_checkpoint_state(model), str(scratch / RELEASE))
-        (scratch / TRACKER_FILE).write_text(RELEASE)
-        (scratch / HF_FILES).mkdir()
-        for path in _non_weight_files(hf_dir):
-            shutil.copy2(path, scratch / HF_FILES / path.name)
-        metadata = dict(
-            format=FORMAT,
-            megatron_core=_megatron_version(),
-            dtype=str(dtype).removeprefix("torch."),
-            vocab_size=spec.vocab_size,
-            padded_vocab_size=padded_vocab_size(spec.vocab_size, 1),
-            source=str(hf_dir.resolve()),
-        )
-        (scratch / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
+        save_megatron_checkpoint(model, scratch, hf_dir)
     return out
 
 
@@ -92,13 +75,44 @@ def megatron_to_hf(megatron_dir: str | Path, out: str | Path) -> Path:
     megatron_dir, out = Path(megatron_dir), Path(out)
     metadata = read_metadata(megatron_dir)
     spec = model_spec(json.loads((megatron_dir / HF_FILES / "config.json").read_text()))
-    with _single_rank(), _atomic_dir(out) as scratch:
+    with _atomic_dir(out) as scratch, _single_rank():
         model = _build(spec, getattr(torch, metadata["dtype"]))
         load_megatron_checkpoint(model, megatron_dir)
         write_safetensors(scratch, hf_weights(model, spec))
         for path in sorted((megatron_dir / HF_FILES).iterdir()):
             shutil.copy2(path, scratch / path.name)
     return out
+
+
+def save_megatron_checkpoint(model, out: str | Path, hf_dir: str | Path) -> None:
+    """Collective over every rank holding the model, at any tp/pp: write it into the existing,
+    empty directory `out` in the layout above, with `hf_dir`'s config and tokenizer files."""
+    import torch.distributed as dist
+    from megatron.core import dist_checkpointing
+
+    from loongsage.training.megatron.model import gpt_model
+
+    out, hf_dir = Path(out), Path(hf_dir)
+    gpt = gpt_model(model)
+    if dist.get_rank() == 0:
+        (out / RELEASE).mkdir()
+    dist.barrier()
+    dist_checkpointing.save(_checkpoint_state(gpt), str(out / RELEASE))
+    if dist.get_rank() != 0:
+        return
+    (out / TRACKER_FILE).write_text(RELEASE)
+    (out / HF_FILES).mkdir()
+    for path in _non_weight_files(hf_dir):
+        shutil.copy2(path, out / HF_FILES / path.name)
+    metadata = dict(
+        format=FORMAT,
+        megatron_core=_megatron_version(),
+        dtype=str(next(gpt.parameters()).dtype).removeprefix("torch."),
+        vocab_size=gpt.vocab_size_unpadded,
+        padded_vocab_size=gpt.vocab_size,
+        source=str(hf_dir.resolve()),
+    )
+    (out / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
 
 
 def load_megatron_checkpoint(model, megatron_dir: str | Path) -> None:

@@ -37,8 +37,12 @@ def token_ids(vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _join(rank: int, world_size: int, store: str) -> None:
+    import warnings
+
     import torch.distributed as dist
 
+    # megatron-core's fallback notices (no TransformerEngine, no Apex), once per rank: noise here.
+    warnings.filterwarnings("ignore", module=r"(megatron|torch\.distributed\.checkpoint)\.")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
 
@@ -110,7 +114,11 @@ def tensor_parallel_program(rank: int, world_size: int, store: str, models: dict
             for param in from_checkpoint.parameters():
                 param.data.zero_()
             load_megatron_checkpoint(from_checkpoint, checkpoint_dir)
-            same = all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), from_checkpoint.state_dict().values()) if isinstance(a, torch.Tensor))
+            same = all(
+                torch.equal(a, b)
+                for a, b in zip(model.state_dict().values(), from_checkpoint.state_dict().values())
+                if isinstance(a, torch.Tensor)
+            )
             agree = torch.tensor([int(same)])
             dist.all_reduce(agree, op=dist.ReduceOp.MIN)
             results[name]["tp2_from_tp1_checkpoint_equal"] = bool(agree.item())
@@ -161,9 +169,9 @@ def pipeline_parallel_program(rank: int, world_size: int, store: str, models: di
         stage_layers = [layer.layer_number - 1 for layer in model.decoder.layers]
         results[name]["stage_layers"] = [None] * world_size
         dist.all_gather_object(results[name]["stage_layers"], stage_layers)
-        logits = [None] * world_size
-        dist.all_gather_object(logits, last_stage_logits[0] if last_stage_logits else None)
-        results[name]["pp2_logits"] = logits[-1]
+        gathered = [None] * world_size
+        dist.all_gather_object(gathered, last_stage_logits[0] if last_stage_logits else None)
+        results[name]["pp2_logits"] = gathered[-1]
         results[name]["pp2_weights"] = dict(hf_weights(model, spec))
     if rank == 0:
         torch.save(results, out)

@@ -67,8 +67,10 @@ def build_model(spec: MegatronModelSpec, *, dtype: torch.dtype = torch.float32):
             **gpt_kwargs,
         )
     model.vocab_size_unpadded = spec.vocab_size  # forward_logits masks the columns past it
-    # Created on the CPU (use_cpu_initialization); the CPU shim answers "cpu" here.
-    return model.to(torch.cuda.current_device())
+    # Created on the CPU (use_cpu_initialization); the CPU shim answers "cpu" here. The dtype
+    # too: the local spec's norms (torch.nn.RMSNorm) ignore params_dtype and start in fp32, and
+    # megatron-LM's Float16Module casts the whole model likewise.
+    return model.to(device=torch.cuda.current_device(), dtype=dtype)
 
 
 def _check_divisible(spec: MegatronModelSpec, tp: int, pp: int) -> None:
