@@ -11,7 +11,7 @@ in column P + j - 1 - first_column.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor
@@ -46,6 +46,14 @@ class PackedBatch:
     @property
     def num_sequences(self) -> int:
         return self.input_ids.shape[0]
+
+    def to(self, device) -> PackedBatch:
+        """The same batch with its tensors on `device` (a no-op where they already are)."""
+        moved = {f.name: getattr(self, f.name) for f in fields(self)}
+        for name, value in moved.items():
+            if isinstance(value, Tensor):
+                moved[name] = value.to(device)
+        return PackedBatch(**moved)
 
     def response_values(self, per_token: Tensor) -> list[list[float]]:
         """Cut a [B, C] tensor back into one list per sample over its response tokens."""

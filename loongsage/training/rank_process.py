@@ -31,9 +31,13 @@ def rendezvous_address() -> tuple[str, int]:
         return this_host(), sock.getsockname()[1]
 
 
-def join_process_group(master_addr: str, master_port: int, rank: int, world_size: int) -> None:
+def join_process_group(master_addr: str, master_port: int, rank: int, world_size: int, backend: str = "gloo") -> None:
+    """`backend` "nccl" also binds this process to one GPU: the only one visible in a Ray actor
+    given one, else the rank's (ranks spawned on one machine see them all)."""
+    if backend == "nccl":
+        torch.cuda.set_device(rank % torch.cuda.device_count())
     dist.init_process_group(
-        "gloo",
+        backend,
         init_method=f"tcp://{master_addr}:{master_port}",
         rank=rank,
         world_size=world_size,

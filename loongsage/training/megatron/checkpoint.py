@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from loongsage.training.hf_dir import read_trainer_state, write_hf_dir, write_trainer_state
-from loongsage.training.megatron.convert import hf_weights, load_hf_weights
+from loongsage.training.megatron.convert import host_weights, load_hf_weights
 from loongsage.training.megatron.optim import inner_optimizers
 from loongsage.training.rank_process import rng_state, set_rng_state
 
@@ -27,7 +27,7 @@ def save(out: Path, worker) -> None:
     """Collective: every rank writes its shards; rank 0 also writes the HF export."""
     (out / "megatron").mkdir(parents=True, exist_ok=True)
     torch.save(_rank_state(worker), out / "megatron" / f"rank{worker.rank}.pt")
-    weights = dict(hf_weights(worker.model.module, worker.spec))  # collective; filled on rank 0 only
+    weights = dict(host_weights(worker.model.module, worker.spec))  # collective; filled on rank 0 only
     if worker.rank != 0:
         return
     write_hf_dir(out, worker.model_path, weights)

@@ -188,3 +188,9 @@ def _recv(src: int, group, device: torch.device) -> Tensor:
     tensor = torch.empty([int(d) for d in header[2 : 2 + ndim]], dtype=dtype, device=device)
     dist.recv(tensor, src, group=group)
     return tensor
+
+
+def host_weights(model, spec: MegatronModelSpec) -> Iterator[tuple[str, Tensor]]:
+    """`hf_weights` moved to host memory, which transports and safetensors take (collective)."""
+    for name, tensor in hf_weights(model, spec):
+        yield name, tensor.cpu()

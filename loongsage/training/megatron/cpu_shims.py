@@ -49,6 +49,16 @@ def has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
+def device() -> torch.device:
+    """Where this rank's model and batches live: its current CUDA device, else the CPU."""
+    return torch.device("cuda", torch.cuda.current_device()) if has_cuda() else torch.device("cpu")
+
+
+def collective_backend() -> str:
+    """NCCL between GPUs; gloo, which runs every collective megatron uses, on CPU."""
+    return "nccl" if has_cuda() else "gloo"
+
+
 def install() -> None:
     """Process-wide answers to 1., 3. and 5.; idempotent; a no-op where CUDA exists."""
     if has_cuda():

@@ -25,8 +25,10 @@ class Layout:
     dp_rank: int
     dp_size: int
     tp_group: dist.ProcessGroup
-    dp_group: dist.ProcessGroup
     pp_group: dist.ProcessGroup
+    # gloo over the data-parallel ranks, for the step's bookkeeping (token counts, metrics),
+    # which lives in CPU tensors whatever the device (NCCL groups take only GPU tensors).
+    dp_cpu_group: dist.ProcessGroup
 
     @property
     def is_last_stage(self) -> bool:
@@ -57,8 +59,8 @@ def init_model_parallel(layout: MegatronConfig, seed: int) -> Layout:
         dp_rank=ps.get_data_parallel_rank(),
         dp_size=ps.get_data_parallel_world_size(),
         tp_group=ps.get_tensor_model_parallel_group(),
-        dp_group=ps.get_data_parallel_group(),
         pp_group=ps.get_pipeline_model_parallel_group(),
+        dp_cpu_group=ps.get_data_parallel_group_gloo(),
     )
 
 

@@ -21,7 +21,7 @@ from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
 from loongsage.training.lr_schedule import Warmup
 from loongsage.training.megatron import checkpoint, cpu_shims
-from loongsage.training.megatron.convert import hf_weights, load_hf_weights
+from loongsage.training.megatron.convert import host_weights, load_hf_weights
 from loongsage.training.megatron.mapping import model_spec
 from loongsage.training.megatron.model import build_model
 from loongsage.training.megatron.optim import build_optimizer, set_lr, wrap_ddp
@@ -57,7 +57,7 @@ class MegatronWorker:
         return rendezvous_address()
 
     def setup(self, master_addr: str, master_port: int) -> None:
-        join_process_group(master_addr, master_port, self.rank, train_ranks(self.trainer))
+        join_process_group(master_addr, master_port, self.rank, train_ranks(self.trainer), cpu_shims.collective_backend())
         self.layout = init_model_parallel(self.trainer.megatron, self.seed)
         self.spec = model_spec(json.loads((self.model_path / "config.json").read_text()))
         self.model = wrap_ddp(self._load_model(), self.trainer.megatron)
@@ -113,7 +113,7 @@ class MegatronWorker:
 
     def push_weights(self, engine_urls: list[str], version: int) -> dict | None:
         """Collective: every rank takes part in gathering each tensor; rank 0 sends the buckets."""
-        named = hf_weights(self.model.module, self.spec)
+        named = host_weights(self.model.module, self.spec)
         if self.rank != 0:
             for _ in named:  # the gathers of the tensors rank 0 is sending
                 pass
@@ -132,7 +132,7 @@ class MegatronWorker:
         supervised: bool = False,
         policy_versions: tuple[float, float] | None = None,
     ) -> None:
-        group = self.layout.dp_group
+        group = self.layout.dp_cpu_group
         weights = global_shares(micros, "token_mean" if supervised else self.algo.loss_aggregation, group)
         token_weights = global_shares(micros, "token_mean", group)
 
@@ -170,7 +170,8 @@ class MegatronWorker:
     def _pack(self, samples: list[Sample]) -> list[PackedBatch]:
         # Pipeline stages hand each other activations of one fixed shape: pad every micro-batch alike.
         width = max(sample.num_tokens for sample in samples) if self.layout.pp_size > 1 else None
-        return [pack_samples(chunk, width) for chunk in split_micro_batches(samples, self.trainer.micro_batch_size)]
+        chunks = split_micro_batches(samples, self.trainer.micro_batch_size)
+        return [pack_samples(chunk, width).to(cpu_shims.device()) for chunk in chunks]
 
     def _from_last_stage(self, value):
         """Only the last pipeline stage computes losses and log-probs; every stage returns its values."""
@@ -183,7 +184,7 @@ class MegatronWorker:
 
     def _step_metrics(self, with_kl: bool, with_is: bool = False) -> StepMetrics:
         # Tensor-parallel peers hold the same values: the batch is spread over data-parallel ranks only.
-        return StepMetrics(with_kl=with_kl, with_is=with_is, group=self.layout.dp_group)
+        return StepMetrics(with_kl=with_kl, with_is=with_is, group=self.layout.dp_cpu_group)
 
     def _load_model(self):
         model = build_model(self.spec, dtype=DTYPES[self.trainer.dtype])
