@@ -73,8 +73,8 @@ def _loaded(hf_dir: Path):
 
 
 def tensor_parallel_program(rank: int, world_size: int, store: str, models: dict[str, str], out: str) -> None:
-    """tp=1 (as two replicas) for the reference logits and a distributed checkpoint of the first
-    model, then tp=2: gathered logits, hf_weights, and that checkpoint loaded at tp=2."""
+    """tp=1 (as two data-parallel replicas) for the reference logits, hf_weights and a distributed
+    checkpoint of the first model, then tp=2: gathered logits, hf_weights, and that checkpoint loaded at tp=2."""
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
@@ -92,6 +92,11 @@ def tensor_parallel_program(rank: int, world_size: int, store: str, models: dict
         model, spec = _loaded(Path(hf_dir))
         with torch.no_grad():
             results[name]["tp1_logits"] = forward_logits(model, *token_ids(spec.vocab_size))
+        # Two data-parallel replicas: the second takes no part and yields nothing.
+        exported = dict(hf_weights(model, spec))
+        if rank == 1 and exported:
+            raise AssertionError("hf_weights yielded on a data-parallel replica")
+        results[name]["tp1_dp2_weights"] = exported
         if name == checkpointed:
             if rank == 0:
                 checkpoint_dir.mkdir()

@@ -46,6 +46,7 @@ def test_tensor_parallel_two_ranks(tmp_path, hf_dirs):
         assert tp_diff.max().item() <= 1e-5
         assert hf_diff <= 1e-4
         stored = _stored(hf_dir)
+        assert got["tp1_dp2_weights"].keys() == stored.keys(), name
         assert got["tp2_weights"].keys() == stored.keys(), name
         for tensor_name, tensor in stored.items():
             assert torch.equal(got["tp2_weights"][tensor_name], tensor), f"{name}: {tensor_name}"
