@@ -8,6 +8,13 @@ from loongsage.config.schema import MegatronConfig, TrainerConfig
 from loongsage.training.megatron import cpu_shims
 
 
+def shards_optimizer(layout: MegatronConfig) -> bool:
+    """The distributed optimizer where there is something to shard it over. At one data-parallel
+    rank megatron would still reduce-scatter and all-gather the whole grad and param buffers every
+    step: 0.8 s of a 2.8 s step of SmolLM2-135M on 2 CPU cores, for nothing."""
+    return layout.distributed_optimizer and layout.dp > 1
+
+
 def wrap_ddp(model, layout: MegatronConfig):
     """Gradients accumulate into megatron's contiguous fp32 buffers and are reduced over the
     data-parallel group at the end of a mini-batch (reduce-scattered under the distributed optimizer)."""
@@ -15,7 +22,7 @@ def wrap_ddp(model, layout: MegatronConfig):
 
     config = DistributedDataParallelConfig(
         grad_reduce_in_fp32=True,
-        use_distributed_optimizer=layout.distributed_optimizer,
+        use_distributed_optimizer=shards_optimizer(layout),
     )
     with cpu_shims.cuda_literals_on_cpu():
         ddp = DistributedDataParallel(model.config, config, model)
@@ -38,7 +45,7 @@ def build_optimizer(ddp, trainer: TrainerConfig, layout: MegatronConfig):
         adam_beta2=trainer.betas[1],
         clip_grad=trainer.max_grad_norm,
         bf16=trainer.dtype == "bfloat16",
-        use_distributed_optimizer=layout.distributed_optimizer,
+        use_distributed_optimizer=shards_optimizer(layout),
     )
     with cpu_shims.cuda_literals_on_cpu():
         optimizer = get_megatron_optimizer(config, [ddp])
