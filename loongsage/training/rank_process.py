@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 import socket
 from datetime import timedelta
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -13,6 +14,7 @@ import torch.distributed as dist
 from loongsage.cluster.cpu_placement import pin_this_process
 from loongsage.cluster.hosts import this_host
 
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # Long enough for a slow rank to finish a checkpoint; a dead rank is caught by the group.
 COLLECTIVE_TIMEOUT = timedelta(minutes=30)
 
@@ -64,3 +66,21 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
+
+
+class TrainRank:
+    """What every backend's rank is given and does first: TrainGroup constructs one per rank as
+    `cls(model_path, trainer, algo, seed, rank, cpus)`; it takes its cores and seeds its RNGs."""
+
+    def __init__(self, model_path: str, trainer, algo, seed: int, rank: int, cpus: list[int] | None = None):
+        use_cores(cpus, trainer.num_threads)
+        self.model_path = Path(model_path)
+        self.trainer, self.algo = trainer, algo
+        self.seed, self.rank = seed, rank
+        self.dtype = DTYPES[trainer.dtype]
+        self.step = 0
+        seed_everything(seed + rank)
+
+    def rendezvous_address(self) -> tuple[str, int]:
+        """This host's address and a free port for the process group's TCP store (asked of rank 0)."""
+        return rendezvous_address()

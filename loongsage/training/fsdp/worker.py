@@ -17,7 +17,6 @@ from loongsage import transfer
 from loongsage.algorithms.losses import token_logprobs
 from loongsage.cluster.hosts import this_host
 from loongsage.cluster.placement import ray_gpu_ids
-from loongsage.config.schema import AlgorithmConfig, TrainerConfig
 from loongsage.models import load_causal_lm
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
@@ -33,39 +32,22 @@ from loongsage.training.fsdp.parallel import (
 from loongsage.training.metrics import StepMetrics
 from loongsage.training.objective import check_off_policy_inputs, micro_objective, supervised_objective
 from loongsage.training.rank_process import (
+    TrainRank,
     join_process_group,
     leave_process_group,
-    rendezvous_address,
-    seed_everything,
-    use_cores,
 )
 from loongsage.training.shares import global_shares
 from loongsage.training.token_scores import FullVocabScores
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
-
-class TrainWorker:
-    def __init__(
-        self, model_path: str, trainer: TrainerConfig, algo: AlgorithmConfig, seed: int, rank: int, cpus: list[int] | None = None
-    ):
-        use_cores(cpus, trainer.num_threads)
-        self.model_path = Path(model_path)
-        self.trainer, self.algo = trainer, algo
-        self.seed, self.rank = seed, rank
-        self.step = 0
-        seed_everything(seed + rank)
-
-    def rendezvous_address(self) -> tuple[str, int]:
-        return rendezvous_address()
-
+class TrainWorker(TrainRank):
     def gpu_ids(self) -> list:
         """The GPU ids Ray gave this rank (diagnostics: did placement put it on its seat)."""
         return ray_gpu_ids()
 
     def setup(self, master_addr: str, master_port: int) -> None:
         join_process_group(master_addr, master_port, self.rank, self.trainer.world_size)
-        dtype = DTYPES[self.trainer.dtype]
+        dtype = self.dtype
         model = load_causal_lm(self.model_path, dtype=dtype)
         if self.trainer.gradient_checkpointing:
             _enable_activation_checkpointing(model)

@@ -16,7 +16,6 @@ from torch import Tensor
 
 from loongsage import transfer
 from loongsage.cluster.hosts import this_host
-from loongsage.config.schema import AlgorithmConfig, TrainerConfig
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
 from loongsage.training.lr_schedule import Warmup
@@ -30,32 +29,15 @@ from loongsage.training.megatron.schedule import run_micro_batches
 from loongsage.training.metrics import StepMetrics
 from loongsage.training.objective import check_off_policy_inputs, micro_objective, supervised_objective
 from loongsage.training.rank_process import (
+    TrainRank,
     join_process_group,
     leave_process_group,
-    rendezvous_address,
-    seed_everything,
-    use_cores,
 )
 from loongsage.training.settings import train_ranks
 from loongsage.training.shares import global_shares
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
-
-class MegatronWorker:
-    def __init__(
-        self, model_path: str, trainer: TrainerConfig, algo: AlgorithmConfig, seed: int, rank: int, cpus: list[int] | None = None
-    ):
-        use_cores(cpus, trainer.num_threads)
-        self.model_path = Path(model_path)
-        self.trainer, self.algo = trainer, algo
-        self.seed, self.rank = seed, rank
-        self.step = 0
-        seed_everything(seed + rank)
-
-    def rendezvous_address(self) -> tuple[str, int]:
-        return rendezvous_address()
-
+class MegatronWorker(TrainRank):
     def setup(self, master_addr: str, master_port: int) -> None:
         join_process_group(master_addr, master_port, self.rank, train_ranks(self.trainer), cpu_shims.collective_backend())
         self.layout = init_model_parallel(self.trainer.megatron, self.seed)
@@ -187,6 +169,6 @@ class MegatronWorker:
         return StepMetrics(with_kl=with_kl, with_is=with_is, group=self.layout.dp_cpu_group)
 
     def _load_model(self):
-        model = build_model(self.spec, dtype=DTYPES[self.trainer.dtype])
+        model = build_model(self.spec, dtype=self.dtype)
         load_hf_weights(model, self.model_path, self.spec)
         return model
