@@ -80,9 +80,9 @@ def _check_divisible(spec: MegatronModelSpec, tp: int, pp: int) -> None:
         ("intermediate_size", spec.ffn_hidden_size),
     ):
         if value % tp:
-            raise ValueError(f"{field}={value} does not split over tensor-parallel size tp={tp}")
+            raise ValueError(f"the model's {field}={value} does not split over trainer.megatron.tp={tp}")
     if spec.num_layers % pp:
-        raise ValueError(f"num_hidden_layers={spec.num_layers} does not split over pipeline-parallel size pp={pp}")
+        raise ValueError(f"the model's num_hidden_layers={spec.num_layers} does not split over trainer.megatron.pp={pp}")
 
 
 def gpt_model(model):

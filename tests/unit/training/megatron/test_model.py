@@ -164,5 +164,5 @@ def test_tensor_parallel_size_that_splits_no_head_evenly_is_refused(monkeypatch)
     from megatron.core import parallel_state as ps
 
     monkeypatch.setattr(ps, "get_tensor_model_parallel_world_size", lambda: 3)
-    with pytest.raises(ValueError, match="num_attention_heads=4 does not split over tensor-parallel size tp=3"):
+    with pytest.raises(ValueError, match="num_attention_heads=4 does not split over trainer.megatron.tp=3"):
         build_model(model_spec(hf_config("llama")))
