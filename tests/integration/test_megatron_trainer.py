@@ -3,6 +3,7 @@ takes (and the HF backend takes), and a checkpoint resumes to exactly the next s
 
 from __future__ import annotations
 
+import shutil
 import warnings
 from functools import partial
 
@@ -81,23 +82,32 @@ FIRST, SECOND = SAMPLES[:4], SAMPLES[4:]
 
 
 def two_steps_saving_between(checkpoint: str, worker) -> dict:
-    worker.train_step(FIRST)
+    worker.train_step(my_shard(worker, FIRST))
     worker.save_checkpoint(checkpoint)
-    return {"second": worker.train_step(SECOND), "logprobs": worker.compute_logprobs(SECOND)}
+    return {"second": worker.train_step(my_shard(worker, SECOND)), "after": worker.compute_logprobs(SECOND)}
 
 
 def resumed_step(checkpoint: str, worker) -> dict:
+    """Load, then the second step; the log-probs before it (the weights) and after it (what
+    the optimizer state did to them)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         step = worker.load_checkpoint(checkpoint)
-    return {"step": step, "second": worker.train_step(SECOND), "warnings": [str(w.message) for w in caught]}
+    before = worker.compute_logprobs(SECOND)
+    second = worker.train_step(my_shard(worker, SECOND))
+    after = worker.compute_logprobs(SECOND)
+    return {"step": step, "before": before, "second": second, "after": after, "warnings": [str(w.message) for w in caught]}
 
 
-def logprobs_after_loading(checkpoint: str, worker) -> dict:
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        worker.load_checkpoint(checkpoint)
-    return {"logprobs": worker.compute_logprobs(SECOND), "warnings": [str(w.message) for w in caught]}
+def assert_same_step(resumed: dict, uninterrupted: dict, tol: float = 1e-5) -> None:
+    for key in METRICS_COMPARED:
+        assert resumed["second"][key] == pytest.approx(uninterrupted["second"][key], rel=tol, abs=1e-7), key
+    for got, expected in zip(resumed["after"], uninterrupted["after"], strict=True):
+        assert got == pytest.approx(expected, abs=tol)
+
+
+def max_logprob_gap(a: list[list[float]], b: list[list[float]]) -> float:
+    return max(abs(x - y) for row_a, row_b in zip(a, b, strict=True) for x, y in zip(row_a, row_b, strict=True))
 
 
 def test_resume_gives_the_same_next_step_and_exports_an_hf_model(tiny_model_path, tmp_path):
@@ -107,10 +117,15 @@ def test_resume_gives_the_same_next_step_and_exports_an_hf_model(tiny_model_path
     resumed = run_ranks(tiny_model_path, layout, partial(resumed_step, checkpoint), tmp_path / "b", ALGO)[0]
     assert resumed["step"] == 1 and resumed["warnings"] == []
     assert resumed["second"] == uninterrupted["second"]  # bit for bit: weights, Adam moments, lr step
+    assert resumed["after"] == uninterrupted["after"]
 
-    # Another layout resumes from the HF export, and says what it did not restore.
-    other = run_ranks(tiny_model_path, trainer(), partial(logprobs_after_loading, checkpoint), tmp_path / "c", ALGO)[0]
-    assert any("optimizer and RNG state start afresh" in w for w in other["warnings"])
+    # Another tensor-parallel size reads the same distributed checkpoint: weights and Adam's
+    # moments resharded, the step the uninterrupted run took to float rounding.
+    other = run_ranks(tiny_model_path, trainer(warmup_steps=3), partial(resumed_step, checkpoint), tmp_path / "c", ALGO)[0]
+    assert other["step"] == 1
+    assert_same_step(other, uninterrupted)
+    assert len(other["warnings"]) == 1
+    assert "model and optimizer restored; the per-rank RNG streams start afresh" in other["warnings"][0]
 
     # The export is an HF model directory transformers loads as it stands.
     from transformers import AutoModelForCausalLM
@@ -123,8 +138,31 @@ def test_resume_gives_the_same_next_step_and_exports_an_hf_model(tiny_model_path
     with torch.no_grad():
         logits = hf(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, batch.first_column : -1]
     hf_logprobs = batch.response_values(token_logprobs(logits, batch.targets))
-    for got_tp1, got_hf in zip(other["logprobs"], hf_logprobs):
+    for got_tp1, got_hf in zip(other["before"], hf_logprobs, strict=True):
         assert got_tp1 == pytest.approx(got_hf, abs=1e-4)
+
+
+def test_resume_across_optimizer_kinds_restores_the_optimizer(tiny_model_path, tmp_path):
+    """Saved by two data-parallel ranks with the distributed optimizer, resumed by one rank with
+    megatron's plain optimizer: Adam's moments come back, which the HF export alone lacks."""
+    checkpoint = tmp_path / "ckpt"
+    sharded, one_rank = trainer(dp=2, distributed_optimizer=True, warmup_steps=3), trainer(warmup_steps=3)
+    saving = partial(two_steps_saving_between, str(checkpoint))
+    uninterrupted = run_ranks(tiny_model_path, sharded, saving, tmp_path / "a", ALGO)[0]
+    resumed = run_ranks(tiny_model_path, one_rank, partial(resumed_step, str(checkpoint)), tmp_path / "b", ALGO)[0]
+    assert resumed["step"] == 1
+    assert_same_step(resumed, uninterrupted)
+
+    # Without its megatron part the checkpoint falls back to the HF export: the same weights,
+    # so the same step's metrics, but a fresh Adam moves them elsewhere, and it says so.
+    export_only = tmp_path / "export_only"
+    shutil.copytree(checkpoint, export_only, ignore=shutil.ignore_patterns("megatron"))
+    fresh = run_ranks(tiny_model_path, one_rank, partial(resumed_step, str(export_only)), tmp_path / "c", ALGO)[0]
+    assert any("optimizer and RNG state start afresh" in w for w in fresh["warnings"])
+    assert max_logprob_gap(fresh["before"], resumed["before"]) < 1e-5
+    assert fresh["second"]["train/loss"] == pytest.approx(uninterrupted["second"]["train/loss"], rel=1e-5)
+    assert max_logprob_gap(fresh["after"], uninterrupted["after"]) > 1e-3
+    assert max_logprob_gap(resumed["after"], uninterrupted["after"]) < 1e-5
 
 
 def test_pipeline_stages_take_the_single_rank_step(single_rank, tiny_model_path, tmp_path):
