@@ -100,3 +100,64 @@ def test_bootstrap_inside_a_job_registers_the_allocation(slurm, tmp_path):
     slurm.wait_gone(job_id, timeout_s=300)
     out = (tmp_path / f"slurm-{job_id}.out").read_text()
     assert f"ray up on job {job_id}: 1 node(s) localhost; GPU 2" in out, out[-3000:]
+
+
+def test_megatron_tensor_parallel_trainer_on_the_allocations_gpus(slurm, tmp_path):
+    """trainer.backend=megatron on Slurm: its tp * pp * dp ranks are placed on the trainer role's
+    devices (one rank each), the engine colocated with them."""
+    run_dir = tmp_path / "run"
+    megatron = [
+        "trainer.backend=megatron",
+        "trainer.megatron.tp=2",
+        "roles.trainer.gpus=2",
+        "roles.rollout.gpus=2",
+        "rollout.num_engines=2",
+    ]
+    result = subprocess.run(
+        [
+            sys.executable,
+            "launch.py",
+            "-m",
+            *TINY,
+            *megatron,
+            "cluster=slurm",
+            "hydra/launcher=slurm",
+            f"run.dir={run_dir}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        cwd=REPO_ROOT,
+        env=_job_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    _assert_trained(run_dir)
+    state = (run_dir / "checkpoints" / "step_000002" / "trainer" / "trainer_state.json").read_text()
+    assert '"tp": 2' in state
+
+
+def test_a_job_whose_config_is_refused_fails_the_launch_at_once(slurm, tmp_path):
+    """The refusal reaches `launch.py -m` as the job's failure. A bare exit left submitit no
+    result to read, and this cluster keeps no accounting, so the launcher polled forever."""
+    bad = ["roles.trainer.gpus=2", "roles.rollout.gpus=2"]  # 1 trainer rank, 1 engine: roles unfilled
+    result = subprocess.run(
+        [
+            sys.executable,
+            "launch.py",
+            "-m",
+            *TINY,
+            *bad,
+            "cluster=slurm",
+            "hydra/launcher=slurm",
+            f"run.dir={tmp_path / 'run'}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        cwd=REPO_ROOT,
+        env=_job_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "JobFailed: invalid config" in result.stderr and "roles.trainer.gpus=2" in result.stderr, result.stderr[-3000:]
