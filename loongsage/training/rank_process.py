@@ -11,6 +11,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from loongsage import transfer
 from loongsage.cluster.cpu_placement import pin_this_process
 from loongsage.cluster.hosts import this_host
 
@@ -84,3 +85,10 @@ class TrainRank:
     def rendezvous_address(self) -> tuple[str, int]:
         """This host's address and a free port for the process group's TCP store (asked of rank 0)."""
         return rendezvous_address()
+
+    def send_to_engines(self, named, engine_urls: list[str], version: int) -> dict:
+        """Rank 0's part of a weight sync: HF-named tensors, bucketed, to every engine."""
+        bucket_bytes = self.trainer.weight_sync_bucket_mb * 1024 * 1024
+        return transfer.push_weights(
+            named, engine_urls, version, bucket_bytes, self.trainer.weight_sync_transport, sender_host=this_host()
+        )

@@ -33,6 +33,28 @@ def _job_env() -> dict[str, str]:
     }
 
 
+def _launch_on_slurm(tmp_path, *overrides: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    """`launch.py -m ... hydra/launcher=slurm` into tmp_path/run, its sweep in tmp_path/sweep."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "launch.py",
+            "-m",
+            *TINY,
+            *overrides,
+            "cluster=slurm",
+            "hydra/launcher=slurm",
+            f"run.dir={tmp_path / 'run'}",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        cwd=REPO_ROOT,
+        env=_job_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def _assert_trained(run_dir) -> None:
     logged = scalars(run_dir)
     assert sorted(logged["train/loss"]) == [1, 2]
@@ -42,24 +64,7 @@ def _assert_trained(run_dir) -> None:
 def test_hydra_submitit_launcher_runs_the_recipe_on_slurm(slurm, tmp_path):
     run_dir = tmp_path / "run"
     # Two tasks, as submitit starts on a job of two nodes (one per node): only task 0 runs the controller.
-    result = subprocess.run(
-        [
-            sys.executable,
-            "launch.py",
-            "-m",
-            *TINY,
-            "cluster=slurm",
-            "hydra/launcher=slurm",
-            f"run.dir={run_dir}",
-            f"hydra.sweep.dir={tmp_path / 'sweep'}",
-            "hydra.launcher.tasks_per_node=2",
-        ],
-        cwd=REPO_ROOT,
-        env=_job_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    result = _launch_on_slurm(tmp_path, "hydra.launcher.tasks_per_node=2")
     assert result.returncode == 0, result.stderr[-4000:]
     _assert_trained(run_dir)
     logs = "".join(p.read_text() for p in (tmp_path / "sweep").rglob("*_log.*"))
@@ -113,24 +118,7 @@ def test_megatron_tensor_parallel_trainer_on_the_allocations_gpus(slurm, tmp_pat
         "roles.rollout.gpus=2",
         "rollout.num_engines=2",
     ]
-    result = subprocess.run(
-        [
-            sys.executable,
-            "launch.py",
-            "-m",
-            *TINY,
-            *megatron,
-            "cluster=slurm",
-            "hydra/launcher=slurm",
-            f"run.dir={run_dir}",
-            f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        ],
-        cwd=REPO_ROOT,
-        env=_job_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    result = _launch_on_slurm(tmp_path, *megatron)
     assert result.returncode == 0, result.stderr[-4000:]
     _assert_trained(run_dir)
     state = (run_dir / "checkpoints" / "step_000002" / "trainer" / "trainer_state.json").read_text()
@@ -141,23 +129,6 @@ def test_a_job_whose_config_is_refused_fails_the_launch_at_once(slurm, tmp_path)
     """The refusal reaches `launch.py -m` as the job's failure. A bare exit left submitit no
     result to read, and this cluster keeps no accounting, so the launcher polled forever."""
     bad = ["roles.trainer.gpus=2", "roles.rollout.gpus=2"]  # 1 trainer rank, 1 engine: roles unfilled
-    result = subprocess.run(
-        [
-            sys.executable,
-            "launch.py",
-            "-m",
-            *TINY,
-            *bad,
-            "cluster=slurm",
-            "hydra/launcher=slurm",
-            f"run.dir={tmp_path / 'run'}",
-            f"hydra.sweep.dir={tmp_path / 'sweep'}",
-        ],
-        cwd=REPO_ROOT,
-        env=_job_env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = _launch_on_slurm(tmp_path, *bad, timeout=120)
     assert result.returncode != 0
     assert "JobFailed: invalid config" in result.stderr and "roles.trainer.gpus=2" in result.stderr, result.stderr[-3000:]

@@ -13,9 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from loongsage import transfer
 from loongsage.algorithms.losses import token_logprobs
-from loongsage.cluster.hosts import this_host
 from loongsage.cluster.placement import ray_gpu_ids
 from loongsage.models import load_causal_lm
 from loongsage.sample import Sample
@@ -139,10 +137,7 @@ class TrainWorker(TrainRank):
         if self.rank != 0:
             return None
         named = checkpoint.hf_weights(weights, self.tied_names).items()
-        bucket_bytes = self.trainer.weight_sync_bucket_mb * 1024 * 1024
-        return transfer.push_weights(
-            named, engine_urls, version, bucket_bytes, self.trainer.weight_sync_transport, sender_host=this_host()
-        )
+        return self.send_to_engines(named, engine_urls, version)
 
     def _optimizer_step(
         self,

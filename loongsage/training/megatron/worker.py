@@ -14,8 +14,6 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from loongsage import transfer
-from loongsage.cluster.hosts import this_host
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
 from loongsage.training.lr_schedule import Warmup
@@ -100,10 +98,7 @@ class MegatronWorker(TrainRank):
             for _ in named:  # the gathers of the tensors rank 0 is sending
                 pass
             return None
-        bucket_bytes = self.trainer.weight_sync_bucket_mb * 1024 * 1024
-        return transfer.push_weights(
-            named, engine_urls, version, bucket_bytes, self.trainer.weight_sync_transport, sender_host=this_host()
-        )
+        return self.send_to_engines(named, engine_urls, version)
 
     def _optimizer_step(
         self,
