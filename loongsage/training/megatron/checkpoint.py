@@ -141,11 +141,11 @@ def _load_megatron(megatron_dir: Path, worker, same_kind: bool, rng: bool) -> No
     # The load filled the model's weights in place. In fp32 the distributed optimizer's main
     # weights are views of them, which its load overwrites with the placeholders: kept aside.
     _put_back(optimizer_state, unwritten)
-    mains = [param.detach().clone() for param in _main_params(worker.optimizer)] if unwritten else []
+    kept = [(param, param.detach().clone()) for param in _main_params(worker.optimizer)] if unwritten else []
     with cpu_shims.cuda_literals_on_cpu():
         _load_optimizer(worker.optimizer, optimizer_state)
     with torch.no_grad():
-        for param, value in zip(_main_params(worker.optimizer) if unwritten else [], mains, strict=True):
+        for param, value in kept:
             param.copy_(value)
     gpt_model(worker.model).load_state_dict(loaded["model"], strict=True)
     if not same_kind:
@@ -206,7 +206,7 @@ def _sharded_state(worker, is_loading: bool, rng: bool) -> tuple[dict, list]:
             _start_adam_state(inner)
     with cpu_shims.cuda_literals_on_cpu():
         optimizer_state = worker.optimizer.sharded_state_dict(model_state, is_loading=is_loading, metadata=OPTIMIZER_FORMAT)
-    unwritten = _even_out_main_weights(optimizer_state, fp32=_dtype(worker) == torch.float32)
+    unwritten = _even_out_main_weights(optimizer_state, fp32=worker.dtype == torch.float32)
     state = {"model": model_state, "optimizer": optimizer_state, "adam_step": _adam_step(worker.optimizer)}
     if rng:
         layout = worker.layout
@@ -338,7 +338,7 @@ def _content(worker) -> dict:
         "format": FORMAT,
         "layout": _layout(worker),
         "optimizer": "distributed" if shards_optimizer(worker.trainer.megatron) else "plain",
-        "dtype": str(_dtype(worker)).removeprefix("torch."),
+        "dtype": str(worker.dtype).removeprefix("torch."),
     }
 
 
@@ -357,10 +357,6 @@ def _not_restorable(written: dict | None, here: dict) -> str | None:
     if written["dtype"] != here["dtype"]:
         return f"written in {written['dtype']}, this trainer trains in {here['dtype']}"
     return None
-
-
-def _dtype(worker) -> torch.dtype:
-    return next(gpt_model(worker.model).parameters()).dtype
 
 
 def _layout(worker) -> dict:
