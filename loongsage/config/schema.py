@@ -18,8 +18,26 @@ class ModelConfig:
 
 
 @dataclass
+class SglangConfig:
+    """rollout.engine=sglang: each engine is a server process that its Ray actor launches with
+    SGLang's launch flags, watches and restarts (loongsage/inference/sglang/)."""
+
+    # The server command the launch flags are appended to. On a GPU machine SGLang's own;
+    # [python, -m, loongsage.inference.embedded] runs the embedded engine behind the same flags.
+    command: list[str] = field(default_factory=lambda: ["python", "-m", "sglang.launch_server"])
+    # --mem-fraction-static: the share of each device's memory for weights and KV cache.
+    mem_fraction_static: float = 0.8
+    # More launch flags, appended verbatim after the derived ones (e.g. [--attention-backend, fa3]).
+    extra_args: list[str] = field(default_factory=list)
+    # Seconds a (re)started server has to answer /health_generate before the engine is given up.
+    startup_timeout_s: float = 600.0
+    # Restarts of one engine's process over the run; one more death fails the run.
+    max_restarts: int = 3
+
+
+@dataclass
 class RolloutConfig:
-    # Engine actor: a registered name (embedded; see loongsage/inference/engines.py) or an import path.
+    # Engine actor: a registered name (embedded, sglang; see loongsage/inference/engines.py) or an import path.
     engine: str = "embedded"
     num_engines: int = 1
     prompts_per_step: int = 8
@@ -33,6 +51,8 @@ class RolloutConfig:
     num_threads: int = 2
     dtype: str = "float32"
     request_timeout_s: float = 600.0
+    # Only read by rollout.engine=sglang.
+    sglang: SglangConfig = field(default_factory=SglangConfig)
 
 
 @dataclass
@@ -71,6 +91,10 @@ class TrainerConfig:
     num_threads: int = 2
     gradient_checkpointing: bool = False
     weight_sync_bucket_mb: int = 64
+    # How weights reach the engines: shm (same machine) | inline (HTTP body) ride in
+    # /update_weights_from_tensor; gloo (CPU) | nccl (GPU) broadcast from trainer rank 0 to a
+    # weight-update group the engines join (/init_weights_update_group,
+    # /update_weights_from_distributed).
     weight_sync_transport: str = "shm"
     # Only read by trainer.backend=megatron; anything but the defaults with another backend is refused.
     megatron: MegatronConfig = field(default_factory=MegatronConfig)

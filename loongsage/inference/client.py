@@ -112,6 +112,51 @@ class EngineClient:
         body = {"model_path": model_path, "weight_version": weight_version, "load_format": load_format}
         return self._request("POST", "/update_weights_from_disk", body)
 
+    def init_weights_update_group(
+        self, master_address: str, master_port: int, rank_offset: int, world_size: int, group_name: str, backend: str
+    ):
+        """Blocks until every member has joined (the sender joins as rank 0 meanwhile)."""
+        body = {
+            "master_address": master_address,
+            "master_port": master_port,
+            "rank_offset": rank_offset,
+            "world_size": world_size,
+            "group_name": group_name,
+            "backend": backend,
+        }
+        return self._request("POST", "/init_weights_update_group", body)
+
+    def update_weights_from_distributed(
+        self,
+        names: list[str],
+        dtypes: list[str],
+        shapes: list[list[int]],
+        group_name: str,
+        flush_cache: bool = True,
+        weight_version: str | None = None,
+    ):
+        """Returns once the engine has received (the sender broadcasts each tensor in `names`
+        order meanwhile) and loaded them."""
+        body = {
+            "names": names,
+            "dtypes": dtypes,
+            "shapes": shapes,
+            "group_name": group_name,
+            "flush_cache": flush_cache,
+            "weight_version": weight_version,
+        }
+        return self._request("POST", "/update_weights_from_distributed", body)
+
+    def destroy_weights_update_group(self, group_name: str):
+        return self._request("POST", "/destroy_weights_update_group", {"group_name": group_name})
+
+    def release_memory_occupation(self, tags: list[str] | None = None):
+        """None: every tag (weights, kv_cache, and what else the engine holds)."""
+        return self._request("POST", "/release_memory_occupation", {"tags": tags})
+
+    def resume_memory_occupation(self, tags: list[str] | None = None):
+        return self._request("POST", "/resume_memory_occupation", {"tags": tags})
+
     # ---- plumbing ----------------------------------------------------------------------
     def _probe(self, path: str) -> bool:
         try:

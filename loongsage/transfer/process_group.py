@@ -1,0 +1,58 @@
+"""A process group of its own for weight updates, beside (never instead of) the default one.
+
+The trainer's rank 0 already belongs to the trainer's default group, and an engine may run its
+own; SGLang's `/init_weights_update_group` therefore builds a separate group from a TCP store,
+and so do we, on both sides: rank 0 (the sender) hosts the store at `master_address:master_port`,
+the engines' ranks join it. `group_name` prefixes every store key, so several groups may share
+a port over a run without reading each other's keys.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+BACKENDS = ("gloo", "nccl")
+DEFAULT_TIMEOUT = timedelta(minutes=10)
+
+
+class WeightUpdateGroup:
+    """`rank` of `world_size` in the group called `group_name`; rank 0 sends, the others receive."""
+
+    def __init__(
+        self,
+        backend: str,
+        master_address: str,
+        master_port: int,
+        rank: int,
+        world_size: int,
+        group_name: str,
+        timeout: timedelta = DEFAULT_TIMEOUT,
+    ):
+        if backend not in BACKENDS:
+            raise ValueError(f"weight-update group backend {backend!r} is not one of {', '.join(BACKENDS)}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"weight-update group rank {rank} is outside world_size {world_size}")
+        self.backend, self.rank, self.world_size, self.group_name = backend, rank, world_size, group_name
+        # The store lives as long as the group: rank 0's copy is the server the others talk to.
+        self._store = dist.TCPStore(master_address, master_port, world_size, is_master=rank == 0, timeout=timeout)
+        prefixed = dist.PrefixStore(f"loongsage/{group_name}/", self._store)
+        if backend == "gloo":
+            self._group = dist.ProcessGroupGloo(prefixed, rank, world_size, timeout)
+        else:
+            options = dist.ProcessGroupNCCL.Options()
+            options._timeout = timeout
+            self._group = dist.ProcessGroupNCCL(prefixed, rank, world_size, options)
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
+        """In place: rank `src` sends `tensor`, every other rank receives into its own."""
+        options = dist.BroadcastOptions()
+        options.rootRank = src
+        options.rootTensor = 0
+        self._group.broadcast([tensor], options).wait()
+
+    def close(self) -> None:
+        self._group = None
+        self._store = None
