@@ -49,8 +49,11 @@ class GenerationFailed(RuntimeError):
 
 
 class Engine:
-    def __init__(self, model_path: str | Path, cfg: EngineConfig | dict | None = None):
+    def __init__(self, model_path: str | Path, cfg: EngineConfig | dict | None = None, server_args: dict | None = None):
+        """`server_args`: the launch flags /get_server_info reports beside the engine's own
+        state (the command-line entry point passes SGLang's flags it was started with)."""
         self.cfg = cfg if isinstance(cfg, EngineConfig) else EngineConfig.from_dict(cfg)
+        self.server_args = dict(server_args or {})
         if self.cfg.num_threads:
             torch.set_num_threads(self.cfg.num_threads)
         self.model_path = str(model_path)
@@ -122,7 +125,10 @@ class Engine:
 
     def server_info(self) -> dict:
         scheduler = self.scheduler
+        # tp_size as SGLang reports it: the trainer sizes the weight-update group from it.
         return {
+            **self.server_args,
+            "tp_size": 1,
             **dataclasses.asdict(self.cfg),
             "max_context": self.limits.max_context,
             "paused": scheduler.paused,
