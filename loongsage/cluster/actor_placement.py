@@ -33,6 +33,11 @@ class ActorPlacement:
     engine_cpus: list[list[int]] | None = None
     roles: RolePlacement | None = None  # the placement groups, when the roles are partitioned
 
+    @property
+    def engine_gpus(self) -> list[list[int]] | None:
+        """Each engine's devices (all of an engine spanning several); None when not partitioned."""
+        return [list(seat.gpus) for seat in self.seats("rollout")] if self.roles else None
+
     def seats(self, role: str) -> list[Seat]:
         """The placed seats of `role` (trainer, rollout, teacher); none when not partitioned."""
         return self.roles.seats(role) if self.roles else []

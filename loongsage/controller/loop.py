@@ -30,7 +30,7 @@ from loongsage.controller.interruptible import InterruptibleCalls, StepInterrupt
 from loongsage.controller.metrics import rollout_metrics
 from loongsage.controller.monitor import Monitor
 from loongsage.controller.rewards import RewardPool
-from loongsage.controller.rollout import RolloutGroup
+from loongsage.controller.rollout import EngineSeats, RolloutGroup
 from loongsage.controller.rollout_pipeline import ROLLOUT_GROUP_THREAD, RolloutPipeline, RolloutSource
 from loongsage.controller.warm_start import warm_start
 from loongsage.inference.activity import IdleClock
@@ -42,6 +42,7 @@ from loongsage.training.group import TrainGroup
 log = logging.getLogger(__name__)
 
 SHUTDOWN_WAIT_S = 30.0  # for rollout threads to end once the engines are stopped
+ENGINE_CHECK_EVERY_S = 2.0  # while waiting for a batch: restarted engines to resync, dead ones to report
 
 
 class Controller:
@@ -53,7 +54,18 @@ class Controller:
         self.placement = place_actors(cfg)
         log.info("placement:\n%s", self.placement.describe())
         try:
-            self.rollout = RolloutGroup(cfg.rollout, model_path, self.placement.engine_cpus, self.placement.engine_options)
+            self.rollout = RolloutGroup(
+                cfg.rollout,
+                model_path,
+                self.placement.engine_cpus,
+                self.placement.engine_options,
+                EngineSeats(
+                    gpus=self.placement.engine_gpus,
+                    tp=cfg.roles.rollout.tp,
+                    colocated=self.placement.placement == "colocate",
+                    log_dir=str(run_dir / "engines"),
+                ),
+            )
             self.trainer = TrainGroup(
                 model_path,
                 cfg.trainer,
@@ -72,6 +84,7 @@ class Controller:
         self.calls = InterruptibleCalls("controller")
         self._saved_step = -1
         self._warm_started = False
+        self._next_engine_check = 0.0
         self._resume_if_possible()
 
     def run(self, stop: Callable[[], bool] = lambda: False, abandon: Callable[[], bool] = lambda: False) -> bool:
@@ -167,13 +180,14 @@ class Controller:
         its batch is still being rolled out, or `abandon()` while it trains or syncs weights."""
         step = self.step + 1
         started = time.perf_counter()
-        samples, pipeline_metrics = self.pipeline.take(self.weight_version, stop)
+        samples, pipeline_metrics = self.pipeline.take(self.weight_version, self._tending_engines(stop))
         if step == self.cfg.run.steps:  # nothing more will be trained: start no more groups
             self.pipeline.close()
         rolled_out = time.perf_counter()
         # Episodes that failed because their engine died would train as zero-reward noise.
         self._stop_if_engines_died()
         self._assign_advantages(samples)
+        self.rollout.release_memory()
         metrics = self.calls.call(
             lambda: self.trainer.train_step(samples, policy_version=self.weight_version),
             abandon,
@@ -195,9 +209,25 @@ class Controller:
                 "rollout/weight_version": float(self.weight_version),
                 "async/trainer_idle_ratio": 1.0 - (trained - rolled_out) / max(synced - started, 1e-9),
                 "async/rollout_idle_ratio": self._idle_clock.lap(),
+                "faults/engine_restarts": float(self.rollout.restarts()),
+                "faults/engine_failovers": float(self.rollout.roster.failures),
             }
         )
         return samples, metrics
+
+    def _tending_engines(self, stop: Callable[[], bool]) -> Callable[[], bool]:
+        """`stop`, polled while the batch rolls out, also tending the engines every few seconds:
+        one that died for good stops the run; one that came back after a restart gets the
+        published weights (the trainer holds exactly those while it waits for a batch)."""
+
+        def poll() -> bool:
+            if time.monotonic() >= self._next_engine_check:
+                self._next_engine_check = time.monotonic() + ENGINE_CHECK_EVERY_S
+                self._stop_if_engines_died()
+                self.rollout.resync(lambda urls: self.trainer.push_weights(urls, self.weight_version))
+            return stop()
+
+        return poll
 
     def _stop_if_engines_died(self, cause: Exception | None = None) -> None:
         dead = self.rollout.dead_engines()
@@ -220,9 +250,11 @@ class Controller:
 
     def _sync_weights(self) -> None:
         self.weight_version += 1
+        version = self.weight_version
 
         def push() -> None:
-            self.trainer.push_weights(self.rollout.urls, self.weight_version)
+            with self.rollout.memory_resumed_for_push():
+                self.rollout.push_weights(lambda urls: self.trainer.push_weights(urls, version), version)
 
         if self.pipeline is not None:
             self.pipeline.update_weights(push)
@@ -277,5 +309,6 @@ class Controller:
         self.weight_version = state["weight_version"]
         self.data.load_state_dict(state["data"] if "data" in state else from_legacy_state(state, self.data))
         # The engines start from the base model; give them the checkpoint's weights.
-        self.trainer.push_weights(self.rollout.urls, self.weight_version)
+        version = self.weight_version
+        self.rollout.push_weights(lambda urls: self.trainer.push_weights(urls, version), version)
         log.info("resumed from %s at step %d", checkpoint, self.step)

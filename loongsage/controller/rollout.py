@@ -4,9 +4,13 @@ code that turns prompts into sampled `Sample`s through them."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import random
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cached_property
 
 import ray
@@ -14,20 +18,41 @@ import ray
 from loongsage.cluster.actor_placement import check_one_per_actor
 from loongsage.config import RolloutConfig
 from loongsage.controller.data_stream import Item
-from loongsage.controller.engine_failure import dead_engines
+from loongsage.controller.engine_failure import dead_engines, engine_restarts
 from loongsage.controller.request_loop import RequestLoop
 from loongsage.inference.activity import ActivityMeter
-from loongsage.inference.client import EngineClient
+from loongsage.inference.client import EngineClient, EngineError
+from loongsage.inference.engine_pool import EnginePool
+from loongsage.inference.engine_roster import EngineRoster
 from loongsage.inference.resumable import generate_resumable
 from loongsage.sample import Sample
 
+log = logging.getLogger(__name__)
+
 ENGINE_STOP_TIMEOUT_S = 10.0
+MEMORY_TAGS = ("weights", "kv_cache")  # what a colocated engine frees while the trainer steps
 MAX_RESUMES = 64  # weight updates one response may live through; the staleness window drops it long before
+
+
+@dataclass(frozen=True)
+class EngineSeats:
+    """Where the engines sit, as the SGLang actor's launch flags need it: each engine's devices
+    (None: not partitioned), devices per engine, shared with the trainer or not, its log dir."""
+
+    gpus: list[list[int]] | None = None
+    tp: int = 1
+    colocated: bool = False
+    log_dir: str | None = None
 
 
 class RolloutGroup:
     def __init__(
-        self, cfg: RolloutConfig, model_path: str, cpus: list[list[int]] | None = None, ray_options: list[dict] | None = None
+        self,
+        cfg: RolloutConfig,
+        model_path: str,
+        cpus: list[list[int]] | None = None,
+        ray_options: list[dict] | None = None,
+        seats: EngineSeats = EngineSeats(),
     ):
         """`cpus`: the cores of each engine (disaggregated placement on this machine); None: all cores.
         `ray_options`: each engine's Ray actor options (its placement-group seat); None: Ray's defaults."""
@@ -37,20 +62,14 @@ class RolloutGroup:
 
         check_one_per_actor(cpus, cfg.num_engines, "RolloutGroup cpus", "rollout.num_engines")
         check_one_per_actor(ray_options, cfg.num_engines, "RolloutGroup ray_options", "rollout.num_engines")
+        check_one_per_actor(seats.gpus, cfg.num_engines, "RolloutGroup seats.gpus", "rollout.num_engines")
 
         self.cfg = cfg
         self.model_path = model_path
-        engine_cfg = {
-            "max_running": cfg.max_running,
-            "max_context": cfg.max_context,
-            "num_threads": cfg.num_threads,
-            "dtype": cfg.dtype,
-            # Versions count trainer steps; the starting weights are version 0.
-            "weight_version": "0",
-        }
+        self.colocated = seats.colocated
         self.actors = [
             engine.options(**(ray_options[i] if ray_options else {})).remote(
-                model_path, {**engine_cfg, "num_threads": len(cpus[i]) if cpus else cfg.num_threads}, cpus[i] if cpus else None
+                model_path, _engine_cfg(cfg, i, cpus[i] if cpus else None, seats), cpus[i] if cpus else None
             )
             for i in range(cfg.num_engines)
         ]
@@ -65,8 +84,17 @@ class RolloutGroup:
         return ray.get(self._started)
 
     @cached_property
+    def roster(self) -> EngineRoster:
+        """Shared with the router: which engines answer and hold the published weights."""
+        return EngineRoster(self.urls)
+
+    @cached_property
     def clients(self) -> list[EngineClient]:
         return [EngineClient(url, timeout=self.cfg.request_timeout_s) for url in self.urls]
+
+    @cached_property
+    def _pool(self) -> EnginePool:
+        return EnginePool(self.roster, self.cfg.request_timeout_s)
 
     def generate_group(self, item: Item, index: int, seed: int) -> list[Sample]:
         """`group_size` samples of the `index`-th group of the run (counting from 0), each request
@@ -85,18 +113,62 @@ class RolloutGroup:
         """Around pushing new weights while generation may be in flight: engines pause, and with
         `interrupt` what is in flight is aborted (its partial output returns to the caller, who
         continues it after the update); the engines continue once the block is done. Without
-        `interrupt` the caller must have nothing in flight, or responses would mix versions."""
+        `interrupt` the caller must have nothing in flight, or responses would mix versions.
+        An engine that does not answer is skipped: it is down, and gets the weights once back."""
         with self.activity.paused():
-            for client in self.clients:
-                client.pause_generation()
+            self._each_answering(lambda client: client.pause_generation())
             try:
                 if interrupt:
-                    for client in self.clients:
-                        client.abort_request(abort_all=True)
+                    self._each_answering(lambda client: client.abort_request(abort_all=True))
                 yield
             finally:
-                for client in self.clients:
-                    client.continue_generation()
+                self._each_answering(lambda client: client.continue_generation())
+
+    def push_weights(self, push: Callable[[list[str]], object], version: int) -> None:
+        """`push(urls)` loads the trainer's weights, `version`, into the engines that answer; the
+        ones that do not (restarting) are pushed to by `resync` once they are back. One retry
+        when an engine dies during the push: the others must not keep the old weights."""
+        urls = self.roster.answering()
+        try:
+            push(urls)
+        except Exception:
+            self._mark_unreachable(urls)
+            still = self.roster.answering()
+            if still == urls:
+                raise
+            log.warning("an engine died during the weight push of version %d; pushing again to %s", version, still)
+            push(still)
+            urls = still
+        self.roster.publish(version, urls)
+
+    def resync(self, push: Callable[[list[str]], object]) -> list[str]:
+        """Give engines that came back without the published weights (a restarted process serves
+        the base model) those weights; the trainer must hold exactly the published version.
+        Returns the engines pushed to."""
+        urls = self.roster.needing_weights()
+        if urls:
+            log.info("pushing weights of version %d to restarted engine(s) %s", self.roster.published(), ", ".join(urls))
+            push(urls)
+            self.roster.publish(self.roster.published(), urls)
+        return urls
+
+    def release_memory(self) -> None:
+        """Colocated engines free their weights and KV cache while the trainer steps on the same
+        devices (nothing may be in flight); `memory_resumed_for_push` brings it back. Disaggregated
+        engines keep theirs."""
+        if self.colocated:
+            self._each_answering(lambda client: client.release_memory_occupation(list(MEMORY_TAGS)))
+
+    @contextmanager
+    def memory_resumed_for_push(self):
+        """Around a weight push: the weights' memory is back before the push writes into it, the KV
+        cache only after it, so the trainer's memory and the engines' caches are not needed at once.
+        (Resuming what was not released does nothing.)"""
+        if self.colocated:
+            self._each_answering(lambda client: client.resume_memory_occupation(["weights"]))
+        yield
+        if self.colocated:
+            self._each_answering(lambda client: client.resume_memory_occupation(["kv_cache"]))
 
     def shutdown(self) -> None:
         """Engines stop first, so requests in flight end; a rollout thread still waiting on one
@@ -112,28 +184,51 @@ class RolloutGroup:
         self._requests.close(last=self._close_clients())
 
     def dead_engines(self) -> list[str]:
-        """The engines whose actor is gone, named for the message that stops the run."""
+        """The engines that are gone for good (actor dead, or restarts exhausted), named for the
+        message that stops the run."""
         return dead_engines(self.actors, self.__dict__.get("urls", []))
+
+    def restarts(self) -> int:
+        """Engine process restarts over the run, all engines together."""
+        return engine_restarts(self.actors)
+
+    def _each_answering(self, call: Callable[[EngineClient], object]) -> None:
+        for client in self.clients:
+            if client.base_url in self.roster.answering():
+                try:
+                    call(client)
+                except EngineError as exc:
+                    if exc.status is not None:
+                        raise
+                    self.roster.mark_down(self.clients.index(client), str(exc))
+
+    def _mark_unreachable(self, urls: list[str]) -> None:
+        for index, client in enumerate(self.clients):
+            if client.base_url in urls and not client.health():
+                self.roster.mark_down(index, "no answer to /health after a failed weight push")
 
     def _run(self, coroutine):
         return self._requests.run(coroutine)
 
     async def _close_clients(self) -> None:
+        if "_pool" in self.__dict__:
+            await self._pool.aclose()
         for client in self.__dict__.get("clients", []):  # never started: nothing to close
             await client.aclose()
 
     async def _group(self, item: Item, prompt_text: str, prompt_ids: list[int], index: int, seed_key: str) -> list[Sample]:
-        # A whole group goes to one engine, so its prompt cache prefills the prompt once.
-        client = self.clients[index % len(self.clients)]
+        # A whole group goes to one engine (the pool's affinity on its index), so its prompt
+        # cache prefills the prompt once.
         jobs = []
         for member in range(self.cfg.group_size):
             request_seed = random.Random(f"rollout:{seed_key}:{member}").getrandbits(31)
-            jobs.append(self._sample(client, item, prompt_text, prompt_ids, index, request_seed))
-        return list(await asyncio.gather(*jobs))
+            jobs.append(self._sample(item, prompt_text, prompt_ids, index, request_seed))
+        try:
+            return list(await asyncio.gather(*jobs))
+        finally:
+            self._pool.forget(index)
 
-    async def _sample(
-        self, client: EngineClient, item: Item, prompt_text: str, prompt_ids: list[int], index: int, request_seed: int
-    ) -> Sample:
+    async def _sample(self, item: Item, prompt_text: str, prompt_ids: list[int], index: int, request_seed: int) -> Sample:
         sampling_params = {
             "temperature": self.cfg.temperature,
             "top_p": self.cfg.top_p,
@@ -143,7 +238,10 @@ class RolloutGroup:
 
         async def call(input_ids: list[int], params: dict, rid: str) -> dict:
             with self.activity.request():
-                return await client.agenerate(input_ids=input_ids, sampling_params=params, return_logprob=True, rid=rid)
+                return await self._pool.call(
+                    index,
+                    lambda client: client.agenerate(input_ids=input_ids, sampling_params=params, return_logprob=True, rid=rid),
+                )
 
         generation = await generate_resumable(call, list(prompt_ids), sampling_params, self.cfg.max_new_tokens, MAX_RESUMES)
         response_ids = generation.output_ids
@@ -171,3 +269,28 @@ class RolloutGroup:
     def _decode(self, ids: list[int]) -> str:
         with self._tokenizer_lock:
             return self._tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def _engine_cfg(cfg: RolloutConfig, index: int, cpus: list[int] | None, seats: EngineSeats) -> dict:
+    """One engine's settings: the serving limits every engine takes, and for the SGLang actor
+    its launch settings (the other engines have no devices, ports or processes of their own)."""
+    engine_cfg = {
+        "max_running": cfg.max_running,
+        "max_context": cfg.max_context,
+        "num_threads": len(cpus) if cpus else cfg.num_threads,
+        "dtype": cfg.dtype,
+        # Versions count trainer steps; the starting weights are version 0.
+        "weight_version": "0",
+    }
+    if cfg.engine == "sglang":
+        sglang = cfg.sglang if isinstance(cfg.sglang, dict) else dataclasses.asdict(cfg.sglang)
+        gpus = seats.gpus[index] if seats.gpus else None
+        engine_cfg["sglang"] = {
+            **sglang,
+            "index": index,
+            "tp": seats.tp,
+            "gpus": gpus,
+            "colocated": seats.colocated,
+            "log_dir": seats.log_dir,
+        }
+    return engine_cfg

@@ -32,6 +32,11 @@ class EmbeddedEngineActor:
             self.server.start()
         return self.server.base_url
 
+    def status(self) -> dict:
+        """The engine runs in this actor: while the actor answers, the engine is there (it is
+        never restarted; a dead actor is a dead engine)."""
+        return {"restarts": 0, "alive": self.server is not None, "failed": None}
+
     def gpu_ids(self) -> list:
         """The GPU ids Ray gave this engine (diagnostics: did placement put it on its seat)."""
         return ray_gpu_ids()
