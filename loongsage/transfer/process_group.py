@@ -9,6 +9,8 @@ a port over a run without reading each other's keys.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from datetime import timedelta
 
 import torch
@@ -16,6 +18,9 @@ import torch.distributed as dist
 
 BACKENDS = ("gloo", "nccl")
 DEFAULT_TIMEOUT = timedelta(minutes=10)
+# Polling a pending broadcast: from 50 us (a small tensor is done at once) doubling to 20 ms, so
+# checking adds at most a few percent to a long one.
+POLL_FIRST_S, POLL_MAX_S = 50e-6, 0.02
 
 
 class WeightUpdateGroup:
@@ -36,6 +41,7 @@ class WeightUpdateGroup:
         if not 0 <= rank < world_size:
             raise ValueError(f"weight-update group rank {rank} is outside world_size {world_size}")
         self.backend, self.rank, self.world_size, self.group_name = backend, rank, world_size, group_name
+        self._pending = None  # a broadcast given up on (see `broadcast`)
         # The store lives as long as the group: rank 0's copy is the server the others talk to.
         self._store = dist.TCPStore(master_address, master_port, world_size, is_master=rank == 0, timeout=timeout)
         prefixed = dist.PrefixStore(f"loongsage/{group_name}/", self._store)
@@ -46,13 +52,35 @@ class WeightUpdateGroup:
             options._timeout = timeout
             self._group = dist.ProcessGroupNCCL(prefixed, rank, world_size, options)
 
-    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> None:
-        """In place: rank `src` sends `tensor`, every other rank receives into its own."""
+    def broadcast(self, tensor: torch.Tensor, src: int = 0, check: Callable[[], None] | None = None) -> None:
+        """In place: rank `src` sends `tensor`, every other rank receives into its own.
+
+        `check` is called every few milliseconds while the broadcast is pending; it raises to
+        stop waiting (a peer refused its part, say: the broadcast would wait out the timeout).
+        The abandoned broadcast stays pending until a peer closes its side, and `close` waits
+        for it, since dropping a group with a pending operation blocks until the timeout.
+        """
         options = dist.BroadcastOptions()
         options.rootRank = src
         options.rootTensor = 0
-        self._group.broadcast([tensor], options).wait()
+        work = self._group.broadcast([tensor], options)
+        if check is not None:
+            self._pending = work
+            pause = POLL_FIRST_S
+            # is_completed never blocks; what a timed-out wait(timeout) leaves behind differs by backend.
+            while not work.is_completed():
+                check()
+                time.sleep(pause)
+                pause = min(pause * 2, POLL_MAX_S)
+            self._pending = None
+        work.wait()  # raises what failed it
 
     def close(self) -> None:
+        if self._pending is not None:
+            try:
+                self._pending.wait()
+            except RuntimeError:  # the peer that ended it closed its side: expected
+                pass
+            self._pending = None
         self._group = None
         self._store = None

@@ -9,6 +9,7 @@ from urllib.parse import urlparse
 import torch
 
 from loongsage.transfer.buckets import iter_buckets
+from loongsage.transfer.distributed import push_weights_distributed
 from loongsage.transfer.transports import PACKERS
 
 
@@ -20,11 +21,16 @@ def push_weights(
     transport: str = "shm",
     sender_host: str = "127.0.0.1",
 ) -> dict[str, float]:
-    """`sender_host`: the address of this process's machine, as engines on it are named."""
+    """`sender_host`: the address of this process's machine, as engines on it are named (and, for
+    gloo | nccl, reach it). shm | inline ride in /update_weights_from_tensor; gloo | nccl
+    broadcast to a weight-update group (`distributed`)."""
     from loongsage.inference.client import EngineClient
 
+    if transport in GROUP_TRANSPORTS:
+        return push_weights_distributed(named_tensors, engine_urls, version, bucket_bytes, transport, sender_host)
     if transport not in PACKERS:
-        raise ValueError(f"transfer transport {transport!r} is unknown; expected one of {sorted(PACKERS)}")
+        known = sorted([*PACKERS, *GROUP_TRANSPORTS])
+        raise ValueError(f"transfer transport {transport!r} is unknown; expected one of {known}")
     check_reach(transport, engine_urls, sender_host)
     clients = [EngineClient(url) for url in engine_urls]
     start = time.perf_counter()
@@ -47,6 +53,7 @@ def push_weights(
     }
 
 
+GROUP_TRANSPORTS = ("gloo", "nccl")  # the backend of the weight-update group
 SAME_HOST_TRANSPORTS = ("shm",)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 

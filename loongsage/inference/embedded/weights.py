@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -12,11 +12,12 @@ from loongsage.inference.embedded.llama import LlamaModel, ModelConfig, rope_inv
 
 
 class WeightError(ValueError):
-    """A named tensor that does not fit the model; `name` is the offending parameter."""
+    """A named tensor that does not fit the model; `name` is the offending parameter, `kind` what
+    is wrong with it: "name" (the model has no such parameter) or "shape"."""
 
-    def __init__(self, message: str, name: str):
+    def __init__(self, message: str, name: str, kind: str = "name"):
         super().__init__(message)
-        self.name = name
+        self.name, self.kind = name, kind
 
 
 def read_safetensors(model_dir: str | Path) -> list[tuple[str, torch.Tensor]]:
@@ -57,14 +58,22 @@ def apply_named_tensors(model: LlamaModel, named: Iterable[tuple[str, torch.Tens
     """
     params = dict(model.named_parameters(remove_duplicate=False))
     named = list(named)
-    for name, tensor in named:
-        if name not in params:
-            raise WeightError(f"unknown parameter {name!r}", name)
-        if tuple(tensor.shape) != tuple(params[name].shape):
-            raise WeightError(
-                f"shape mismatch for {name!r}: got {list(tensor.shape)}, model has {list(params[name].shape)}", name
-            )
+    check_shapes(model, [(name, tensor.shape) for name, tensor in named])
     with torch.no_grad():
         for name, tensor in named:
             params[name].copy_(tensor)
     return {id(params[name]) for name, _ in named}
+
+
+def check_shapes(model: LlamaModel, named_shapes: Iterable[tuple[str, Sequence[int]]]) -> None:
+    """Raise WeightError for the first name the model lacks or whose shape differs. Apart from
+    `apply_named_tensors`, receivers call it before taking in any bytes, so a bad request is
+    refused while the sender can still be told."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    for name, shape in named_shapes:
+        if name not in params:
+            raise WeightError(f"unknown parameter {name!r}", name)
+        if tuple(shape) != tuple(params[name].shape):
+            raise WeightError(
+                f"shape mismatch for {name!r}: got {list(shape)}, model has {list(params[name].shape)}", name, "shape"
+            )
