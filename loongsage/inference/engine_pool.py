@@ -8,6 +8,10 @@ rotation (see EngineRoster) and the request is sent again elsewhere: a /generate
 effect until it answers, so sending it again neither loses nor duplicates anything. With no
 engine usable the request waits for one (a restart, a weight push) until its deadline.
 
+Down engines are probed (/health, then /get_weight_version) in tasks of their own with a short
+timeout: a request never waits on a probe, and an engine whose host went silent costs the
+probe its timeout, not every request its own.
+
 Used from one event loop only (its EngineClients' async connections belong to that loop), so
 the counters here need no lock; what several loops share lives in the EngineRoster.
 """
@@ -25,6 +29,7 @@ from loongsage.inference.resumable import UNVERSIONED, version_number
 
 MAX_REMEMBERED_KEYS = 100_000  # past this, the least recently used assignment is forgotten
 WAIT_STEP_S = 0.2  # between looks for a usable engine while none is
+PROBE_TIMEOUT_S = 5.0  # an engine that takes longer to say it is healthy is not back yet
 RETRIED_STATUSES = (None, 503)  # no answer at all, or "not now" (restarting, weights released)
 
 
@@ -40,10 +45,14 @@ class EnginePool:
         self.in_flight = [0] * len(self.clients)
         self.keys_held = [0] * len(self.clients)  # keys currently assigned to each engine
         self._assigned: OrderedDict[Hashable, int] = OrderedDict()
+        self._probers = [EngineClient(url, timeout=min(PROBE_TIMEOUT_S, timeout)) for url in self.roster.urls]
+        self._probes: set[asyncio.Task] = set()
 
     async def call(self, key: Hashable | None, request: Callable[[EngineClient], Awaitable[dict]]) -> dict:
         """`request(client)` on the engine for `key` (None: no affinity), sent again on another
-        engine until one answers with current weights. NoEngineAvailable after the timeout."""
+        engine until one answers with current weights. Errors other than a dropped connection or
+        a 503 are raised as they come; NoEngineAvailable once the timeout has passed with no
+        engine to try; after a failure past the timeout, that failure."""
         deadline = time.monotonic() + self.timeout
         while True:
             index = await self._usable_engine(key, deadline)
@@ -54,7 +63,9 @@ class EnginePool:
             except EngineError as exc:
                 if exc.status not in RETRIED_STATUSES:
                     raise
-                self._failed(index, key, f"{type(exc).__name__}: {exc.server_message}")
+                self._failed(index, key, f"{type(exc).__name__}: {exc}")
+                if time.monotonic() >= deadline:
+                    raise
                 continue
             finally:
                 self.in_flight[index] -= 1
@@ -62,6 +73,11 @@ class EnginePool:
             if version != UNVERSIONED and version < published:
                 self.roster.mark_lagging(index, version)
                 self.forget(key)
+                if time.monotonic() >= deadline:
+                    raise NoEngineAvailable(
+                        f"{self.roster.urls[index]} answered with weights of version {version}, older than the "
+                        f"published {published}, and the request timeout of {self.timeout:g} s has passed"
+                    )
                 continue
             return response
 
@@ -75,7 +91,9 @@ class EnginePool:
             self.keys_held[index] -= 1
 
     async def aclose(self) -> None:
-        for client in self.clients:
+        for task in list(self._probes):
+            task.cancel()
+        for client in self.clients + self._probers:
             await client.aclose()
             client.close()
 
@@ -85,24 +103,33 @@ class EnginePool:
 
     async def _usable_engine(self, key: Hashable | None, deadline: float) -> int:
         while True:
-            await self._probe_down_engines()
+            self._start_due_probes()
             if any(self.roster.usable(i) for i in range(len(self.clients))):
                 return self._pick(key)
-            if time.monotonic() > deadline:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                states = ", ".join(f"{url} ({self.roster.state(i)})" for i, url in enumerate(self.roster.urls))
                 raise NoEngineAvailable(
-                    f"no engine could take the request within {self.timeout:.0f} s (rollout.request_timeout_s): "
-                    f"{', '.join(self.roster.urls)} are down or lack the published weights"
+                    f"no engine could take the request within the request timeout of {self.timeout:g} s "
+                    f"(rollout.request_timeout_s): {states}"
                 )
-            await asyncio.sleep(WAIT_STEP_S)
+            await asyncio.sleep(min(WAIT_STEP_S, left))
 
-    async def _probe_down_engines(self) -> None:
+    def _start_due_probes(self) -> None:
         for index in self.roster.due_for_probe():
-            client = self.clients[index]
-            try:
-                if await asyncio.to_thread(client.health):
-                    self.roster.mark_up(index, version_number(await asyncio.to_thread(client.get_weight_version)))
-            except EngineError:
-                pass  # still coming up: probed again later
+            task = asyncio.get_running_loop().create_task(self._probe(index))
+            self._probes.add(task)  # held, or the loop may drop the task before it ends
+            task.add_done_callback(self._probes.discard)
+
+    async def _probe(self, index: int) -> None:
+        prober = self._probers[index]
+        try:
+            if not await asyncio.to_thread(prober.health):
+                return  # still coming up: probed again later
+            version = await asyncio.to_thread(_weight_version, prober)
+        except EngineError:
+            return
+        self.roster.mark_up(index, version)
 
     def _pick(self, key: Hashable | None) -> int:
         if key is not None and key in self._assigned:
@@ -119,6 +146,16 @@ class EnginePool:
             if len(self._assigned) > MAX_REMEMBERED_KEYS:
                 self.forget(next(iter(self._assigned)))
         return index
+
+
+def _weight_version(client: EngineClient) -> int:
+    """The engine's version; UNVERSIONED when it has no /get_weight_version (older SGLang)."""
+    try:
+        return version_number(client.get_weight_version())
+    except EngineError as exc:
+        if exc.status == 404:
+            return UNVERSIONED
+        raise
 
 
 def _response_version(response) -> int:

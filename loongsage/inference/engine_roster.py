@@ -6,6 +6,10 @@ back (its process was restarted) serves the base model, not the trainer's weight
 out of rotation, listed by `needing_weights()`, until a push gives it the published version.
 A response stamped with an older version than the one published when it was asked for is the
 same sign, caught even when nobody saw the engine go down.
+
+A version that is not an integer ("default", or none at all) cannot be compared: such an
+engine is never held back for its version. The run's engines start at "0" (RolloutGroup), so a
+restarted one does compare, and lags once anything newer was published.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+
+from loongsage.inference.resumable import UNVERSIONED
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +41,18 @@ class EngineRoster:
         return self._published
 
     def publish(self, version: int, urls: list[str]) -> None:
-        """`urls` were just given `version`, which is now what every engine must serve."""
-        updated = {self.urls.index(url.rstrip("/")) for url in urls}
+        """`urls` were just given `version`, which is now what every engine must serve. A newer
+        version leaves the engines not in `urls` lagging; the same version again (a resync of
+        engines that came back) changes only `urls`."""
+        updated = {self._index(url) for url in urls}
         with self._lock:
+            if version < self._published:
+                raise ValueError(f"cannot publish weight version {version}: version {self._published} is published already")
+            if version > self._published:
+                # An engine left out of the push (it was down) now lags.
+                self._needs_weights |= set(range(len(self.urls))) - updated
             self._published = version
             self._needs_weights -= updated
-            # An engine left out of the push (it was down) now lags too.
-            self._needs_weights |= set(range(len(self.urls))) - updated
 
     def usable(self, index: int) -> bool:
         with self._lock:
@@ -68,20 +79,24 @@ class EngineRoster:
             return due
 
     def mark_up(self, index: int, version: int) -> None:
-        """A probe reached the engine again; it serves `version`."""
+        """A probe reached the engine again; it serves `version` (UNVERSIONED: cannot tell)."""
         with self._lock:
-            down_s = time.monotonic() - self._down_since.pop(index, time.monotonic())
+            if index not in self._down_since:
+                return  # another probe got there first
+            down_s = time.monotonic() - self._down_since.pop(index)
             self._probe_at.pop(index, None)
-            lagging = version < self._published
+            published = self._published
+            lagging = version != UNVERSIONED and version < published
             if lagging:
                 self._needs_weights.add(index)
+            elif version != UNVERSIONED:
+                # It has the published weights after all (the push reached it before it went quiet).
+                self._needs_weights.discard(index)
         log.warning(
             "engine %s answers again after %.1f s%s",
             self.urls[index],
             down_s,
-            f" with weights of version {version} (published: {self._published}): out of rotation until it gets them"
-            if lagging
-            else "",
+            f" with weights of version {version} (published: {published}): out of rotation until it gets them" if lagging else "",
         )
 
     def mark_lagging(self, index: int, version: int) -> None:
@@ -107,3 +122,18 @@ class EngineRoster:
         """Engines not known to be down: a push to all of them should reach each."""
         with self._lock:
             return [url for i, url in enumerate(self.urls) if i not in self._down_since]
+
+    def state(self, index: int) -> str:
+        """'down', 'lacks version N' or 'usable': for messages."""
+        with self._lock:
+            if index in self._down_since:
+                return "down"
+            if index in self._needs_weights:
+                return f"lacks version {self._published}"
+            return "usable"
+
+    def _index(self, url: str) -> int:
+        try:
+            return self.urls.index(url.rstrip("/"))
+        except ValueError:
+            raise ValueError(f"{url} is not one of the run's engines ({', '.join(self.urls)})") from None
