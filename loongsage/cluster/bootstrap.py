@@ -3,7 +3,8 @@ through srun, the driver waits until every node and GPU has registered, and ever
 down on exit or failure.
 
 Ports come from the job id, so two jobs sharing a node do not collide, and are checked free
-before use. Pure helpers (allocation from the environment, ports, what is missing) are apart
+before use. The end of a job's block is its engines' (HTTP and NCCL ports of rollout.engine=sglang
+servers), so no Ray worker of this or another job takes a port an engine restarts on. Pure helpers (allocation from the environment, ports, what is missing) are apart
 from the process plumbing so they can be tested without Slurm.
 """
 
@@ -23,9 +24,13 @@ from loongsage.cluster.container import check_container, command_prefix, srun_op
 from loongsage.config.schema import ContainerConfig
 from loongsage.logs import setup_logging
 
-PORTS_PER_JOB = 200  # the named ports below, then Ray's worker ports
+PORTS_PER_JOB = 200  # the named ports below, then Ray's worker ports, then the engines' ports
 FIRST_PORT = 10000
 JOB_SLOTS = (65000 - FIRST_PORT) // PORTS_PER_JOB
+FIRST_WORKER_PORT = 10  # of the block
+FIRST_ENGINE_PORT = 150  # of the block; Ray's workers have the 140 ports before it
+PORTS_PER_ENGINE = 2  # HTTP, NCCL
+ENGINES_PER_JOB = (PORTS_PER_JOB - FIRST_ENGINE_PORT) // PORTS_PER_ENGINE
 
 
 @dataclass(frozen=True)
@@ -138,9 +143,14 @@ def expand_hostlist(hostlist: str) -> list[str]:
     return out.stdout.split()
 
 
+def job_port_base(job_id: str) -> int:
+    """The first port of this job's block, from its id."""
+    return FIRST_PORT + (int("".join(ch for ch in job_id if ch.isdigit()) or 0) % JOB_SLOTS) * PORTS_PER_JOB
+
+
 def ray_ports(job_id: str) -> RayPorts:
-    """A block of ports for this job, from its id."""
-    base = FIRST_PORT + (int("".join(ch for ch in job_id if ch.isdigit()) or 0) % JOB_SLOTS) * PORTS_PER_JOB
+    """Ray's ports in this job's block."""
+    base = job_port_base(job_id)
     return RayPorts(
         gcs=base,
         node_manager=base + 1,
@@ -151,9 +161,23 @@ def ray_ports(job_id: str) -> RayPorts:
         dashboard_agent_listen=base + 6,
         metrics_export=base + 7,
         runtime_env_agent=base + 8,
-        min_worker=base + 10,
-        max_worker=base + PORTS_PER_JOB - 1,
+        min_worker=base + FIRST_WORKER_PORT,
+        max_worker=base + FIRST_ENGINE_PORT - 1,
     )
+
+
+def engine_ports(job_id: str, index: int) -> tuple[int, int]:
+    """(HTTP port, NCCL port) of engine `index` in this job's block: the same on every start,
+    so a restarted server answers where its clients already send."""
+    if not 0 <= index < ENGINES_PER_JOB:
+        raise ValueError(
+            f"engine index {index}: job {job_id}'s port block holds {ENGINES_PER_JOB} engines' ports "
+            f"(indices 0..{ENGINES_PER_JOB - 1}, {PORTS_PER_ENGINE} ports each, from port "
+            f"{job_port_base(job_id) + FIRST_ENGINE_PORT}); more engines (rollout.num_engines) need a "
+            f"larger block (PORTS_PER_JOB in loongsage/cluster/bootstrap.py)"
+        )
+    http = job_port_base(job_id) + FIRST_ENGINE_PORT + PORTS_PER_ENGINE * index
+    return http, http + 1
 
 
 def busy_ports(ports: RayPorts, host: str = "127.0.0.1") -> list[int]:

@@ -16,6 +16,7 @@ from loongsage.registry import Registry
 
 ENGINES: Registry[ActorClass] = Registry("rollout engine")
 ENGINES.register("embedded", EmbeddedEngineActor)
+ENGINES.register_lazy("sglang", "loongsage.inference.sglang.actor:SglangEngineActor")
 
 
 def engine_actor(name_or_path: str) -> ActorClass:
