@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
+from loongsage.inference.embedded.memory import MemoryOccupation
 from loongsage.inference.embedded.protocol import Limits, build_response, parse_generate
 from loongsage.inference.embedded.request import Sequence
 from loongsage.inference.embedded.scheduler import Scheduler
@@ -71,13 +72,15 @@ class Engine:
             decode=self.tokenizer.decode if self.tokenizer is not None else None,
             seed=self.cfg.seed,
         )
+        self.memory = MemoryOccupation(self.model, self.scheduler)
         self.scheduler.start()
 
     def stop(self) -> None:
         self.scheduler.stop()
 
     async def generate(self, body) -> dict | list[dict]:
-        """Raises protocol.BadRequest for an invalid body."""
+        """Raises protocol.BadRequest for an invalid body, scheduler.Unavailable while the engine
+        refuses requests (memory released, weights not loaded)."""
         request = parse_generate(body, self.limits, self.tokenizer)
         loop = asyncio.get_running_loop()
         futures = []
@@ -104,7 +107,10 @@ class Engine:
         the old weights, so it is always dropped."""
 
         def apply():
-            apply_named_tensors(self.model, named_tensors)
+            self.memory.check_writable()
+            # Every update (from tensors, disk or a broadcast) comes through here: the one place
+            # that tracks which parameters a resumed model has been given again.
+            self.memory.mark_written(apply_named_tensors(self.model, named_tensors))
             self.scheduler.prompts.clear()
             if weight_version is not None:
                 self.weight_version = weight_version
@@ -114,6 +120,13 @@ class Engine:
     def update_weights_from_disk(self, model_path: str, weight_version: str | None) -> None:
         self.update_weights(read_safetensors(model_path), weight_version)
         self.model_path = str(model_path)
+
+    def release_memory(self, tags: tuple[str, ...]) -> None:
+        """memory.parse_tags gives `tags`. Raises protocol.BadRequest while requests are in flight."""
+        self.scheduler.call(lambda: self.memory.release(tags))
+
+    def resume_memory(self, tags: tuple[str, ...]) -> None:
+        self.scheduler.call(lambda: self.memory.resume(tags))
 
     def model_info(self) -> dict:
         return {
@@ -135,6 +148,7 @@ class Engine:
             "running": len(scheduler.running),
             "prompt_cache_entries": len(scheduler.prompts),
             "kv_cache_capacity": scheduler.cache.capacity,
+            **self.memory.info(),
             "stats": dataclasses.asdict(scheduler.stats),
         }
 

@@ -40,6 +40,12 @@ class KVCache:
             new[:, :, :, : old.shape[3]] = old
             setattr(self, name, new)
 
+    def release(self) -> None:
+        """Back to no positions, as when created; `ensure` grows it again when sequences need it.
+        Only while no sequence occupies a slot."""
+        self.keys = torch.zeros(self.shape, dtype=self.dtype)
+        self.values = torch.zeros(self.shape, dtype=self.dtype)
+
     def write(self, slot: int, keys: torch.Tensor, values: torch.Tensor) -> None:
         """keys/values: [layers, kv_heads, T, head_dim] for positions 0..T-1."""
         t = keys.shape[2]

@@ -49,6 +49,10 @@ def decode_width(rows: int) -> int:
     return 4 if rows <= 4 else -(-rows // 8) * 8
 
 
+class Unavailable(RuntimeError):
+    """The engine takes no new requests for now (memory released, weights not loaded): HTTP 503."""
+
+
 @dataclass
 class SchedulerStats:
     prefills: int = 0
@@ -79,6 +83,7 @@ class Scheduler:
         self.stats = SchedulerStats()
         self.running: list[Sequence] = []
         self.paused = False
+        self.refusal: str | None = None  # why `submit` refuses new requests, when it does
         self._waiting: deque[Sequence] = deque()
         self._commands: deque[tuple[Callable, Future]] = deque()
         self._cond = threading.Condition()
@@ -96,7 +101,10 @@ class Scheduler:
         self._thread.join()
 
     def submit(self, seq: Sequence) -> None:
+        """Raises Unavailable while the engine refuses requests."""
         with self._cond:
+            if self.refusal is not None:
+                raise Unavailable(self.refusal)
             self._waiting.append(seq)
             self._cond.notify()
 
@@ -121,6 +129,19 @@ class Scheduler:
         return self.call(lambda: self._abort(rid))
 
     # ---- loop thread -------------------------------------------------------------------
+    def refuse_if_idle(self, reason: str | None) -> int:
+        """Set the refusal only when no request runs or waits, in one step with that check, so that
+        none slips in between; returns how many are in flight (0: set)."""
+        with self._cond:
+            in_flight = len(self.running) + len(self._waiting)
+            if not in_flight:
+                self.refusal = reason
+        return in_flight
+
+    def refuse(self, reason: str | None) -> None:
+        with self._cond:
+            self.refusal = reason
+
     def _loop(self) -> None:
         while True:
             with self._cond:

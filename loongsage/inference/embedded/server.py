@@ -11,7 +11,10 @@ from fastapi.responses import JSONResponse, Response
 
 from loongsage.http_server import AppServer
 from loongsage.inference.embedded.engine import Engine, GenerationFailed
+from loongsage.inference.embedded.memory import parse_tags
 from loongsage.inference.embedded.protocol import BadRequest
+from loongsage.inference.embedded.scheduler import Unavailable
+from loongsage.inference.embedded.weight_group import GroupFailed, WeightGroups
 from loongsage.inference.embedded.weights import WeightError
 from loongsage.json_input import JsonInputError, parse_json, read_json
 from loongsage.transfer import unpack_named_tensors
@@ -26,17 +29,22 @@ GENERATE_MAX_BODY_BYTES = 64 * 2**20
 
 def build_app(engine: Engine) -> FastAPI:
     app = FastAPI(title="LoongSage embedded engine")
+    groups = WeightGroups(engine)
 
     @app.exception_handler(BadRequest)
     async def bad_request(_: Request, exc: BadRequest):
         return JSONResponse(exc.to_json(), status_code=exc.status)
+
+    @app.exception_handler(Unavailable)
+    async def unavailable(_: Request, exc: Unavailable):
+        return JSONResponse({"error": {"message": str(exc)}}, status_code=503)
 
     @app.post("/generate")
     async def generate(request: Request):
         body = await _json_body(request, GENERATE_MAX_BODY_BYTES)
         try:
             return await engine.generate(body)
-        except BadRequest:
+        except (BadRequest, Unavailable):
             raise
         except GenerationFailed as exc:
             return _server_error(str(exc), exc.rid)
@@ -94,7 +102,8 @@ def build_app(engine: Engine) -> FastAPI:
 
     @app.get("/get_server_info")
     async def get_server_info():
-        return engine.server_info()
+        # tp_size as SGLang reports it: a weight sender counts the ranks each engine adds to its group.
+        return {**engine.server_info(), "tp_size": 1, "weight_update_groups": groups.names()}
 
     @app.post("/update_weights_from_tensor")
     async def update_weights_from_tensor(request: Request):
@@ -128,7 +137,41 @@ def build_app(engine: Engine) -> FastAPI:
             raise BadRequest(str(exc), "model_path") from None
         return {"success": True, "message": f"loaded {model_path}", "weight_version": engine.weight_version}
 
+    @app.post("/release_memory_occupation")
+    async def release_memory_occupation(request: Request):
+        tags = parse_tags(_field(await _json_body(request, allow_empty=True), "tags", list, None))
+        await run_in_threadpool(engine.release_memory, tags)
+        return {"success": True, "message": f"released {list(tags)}", "memory_released": sorted(engine.memory.released)}
+
+    @app.post("/resume_memory_occupation")
+    async def resume_memory_occupation(request: Request):
+        tags = parse_tags(_field(await _json_body(request, allow_empty=True), "tags", list, None))
+        await run_in_threadpool(engine.resume_memory, tags)
+        return {"success": True, "message": f"resumed {list(tags)}", "memory_released": sorted(engine.memory.released)}
+
+    # The group calls block (on the other ranks, on the broadcasts): run off the event loop.
+    @app.post("/init_weights_update_group")
+    async def init_weights_update_group(request: Request):
+        return await _in_group(groups.init, await _json_body(request))
+
+    @app.post("/update_weights_from_distributed")
+    async def update_weights_from_distributed(request: Request):
+        body = await _json_body(request)
+        _field(body, "flush_cache", bool, True)  # the prompt cache is always dropped on an update
+        return await _in_group(groups.update, body, _version(body))
+
+    @app.post("/destroy_weights_update_group")
+    async def destroy_weights_update_group(request: Request):
+        return await _in_group(groups.destroy, await _json_body(request))
+
     return app
+
+
+async def _in_group(call, *args):
+    try:
+        return await run_in_threadpool(call, *args)
+    except GroupFailed as exc:
+        return _server_error(str(exc))
 
 
 async def _apply(update, *args) -> None:
@@ -138,7 +181,9 @@ async def _apply(update, *args) -> None:
         raise BadRequest(str(exc), exc.name) from None
 
 
-async def _json_body(request: Request, limit: int | None = None):
+async def _json_body(request: Request, limit: int | None = None, allow_empty: bool = False):
+    if allow_empty and not await request.body():  # SGLang clients may post no body for "all tags"
+        return {}
     try:
         return await read_json(request, limit) if limit is not None else parse_json(await request.body())
     except JsonInputError as exc:
