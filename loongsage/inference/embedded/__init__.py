@@ -3,7 +3,18 @@
 Layers, each in its own module: `llama` (forward pass, HF parameter names), `weights`
 (loading and all-or-nothing named updates), `kv_cache` (slot cache + prompt cache),
 `sampling`, `scheduler` (continuous batching thread), `protocol` (request validation and
-response format), `engine` (ties them together), `server` (FastAPI/uvicorn), `actor` (Ray).
+response format), `memory` (releasing and resuming memory for a colocated trainer), `engine`
+(ties them together), `server` (FastAPI/uvicorn), `actor` (Ray, in-process), `cli`
+(`python -m loongsage.inference.embedded`, the engine as a process of its own).
+
+Started as a process it takes SGLang's `launch_server` flags, so that one engine actor runs
+`python -m sglang.launch_server <flags>` on GPUs and this module with the same flags on CPUs:
+`--model-path` (required), `--host`, `--port`, `--dtype` (auto = float32), `--context-length`,
+`--max-running-requests`, `--random-seed`, `--weight-version`. GPU-only flags
+(`--mem-fraction-static`, `--enable-memory-saver`, `--base-gpu-id`, `--nccl-port`, ...) are
+accepted and reported back by /get_server_info; `--tp-size`, `--nnodes` and `--node-rank` take
+only 1, 1 and 0; an unknown flag exits 2. Threads follow OMP_NUM_THREADS. SIGTERM or SIGINT
+stops it with exit 0; a model that does not load exits 1 with one line on stderr.
 
 Behaviour callers rely on:
 - `output_token_logprobs` / `input_token_logprobs` are log-probabilities of the untempered
@@ -19,5 +30,14 @@ Behaviour callers rely on:
 - `/pause_generation` keeps in-flight requests in the batch and runs no step until
   `/continue_generation`; weight updates apply between two decode steps and always drop the
   prompt cache. `weight_version` starts as "default", like SGLang.
-- Every invalid request is HTTP 400 with `{"error": {"message", "field"}}`.
+- `/release_memory_occupation` / `/resume_memory_occupation` take `{"tags": [...] | null}`
+  (null: all of "weights", "kv_cache", "cuda_graph"; the last is a no-op on CPU); both are
+  idempotent. Releasing needs an idle engine (400 naming how many requests are in flight, paused
+  or queued ones included). Released weights give their memory back to the OS; resumed ones hold
+  zeros, and until weight updates have written every parameter again /generate answers 503
+  naming how many are missing. While weights or the KV cache are released /generate answers
+  503, and a weight update while weights are released too. /get_server_info reports
+  `memory_released` and `weights_not_loaded`.
+- Every invalid request is HTTP 400 with `{"error": {"message", "field"}}`; a request the engine
+  cannot take in its current memory state is 503 with `{"error": {"message"}}`.
 """
