@@ -4,7 +4,8 @@ Layers, each in its own module: `llama` (forward pass, HF parameter names), `wei
 (loading and all-or-nothing named updates), `kv_cache` (slot cache + prompt cache),
 `sampling`, `scheduler` (continuous batching thread), `protocol` (request validation and
 response format), `memory` (releasing and resuming memory for a colocated trainer), `engine`
-(ties them together), `server` (FastAPI/uvicorn), `actor` (Ray, in-process), `cli`
+(ties them together), `weight_group` (the weight-update groups of SGLang's distributed update),
+`server` (FastAPI/uvicorn), `actor` (Ray, in-process), `cli`
 (`python -m loongsage.inference.embedded`, the engine as a process of its own).
 
 Started as a process it takes SGLang's `launch_server` flags, so that one engine actor runs
@@ -38,6 +39,11 @@ Behaviour callers rely on:
   naming how many are missing. While weights or the KV cache are released /generate answers
   503, and a weight update while weights are released too. /get_server_info reports
   `memory_released` and `weights_not_loaded`.
+- `/init_weights_update_group` joins a gloo group (nccl is refused: no GPU) as rank
+  `rank_offset`, answering once the group has formed; `/update_weights_from_distributed`
+  checks names, dtypes and shapes against the model before receiving anything, so a refused
+  request leaves the group in step; a broken group (the sender left mid-bucket) is destroyed,
+  the model untouched (500). /get_server_info reports `tp_size` (1) and `weight_update_groups`.
 - Every invalid request is HTTP 400 with `{"error": {"message", "field"}}`; a request the engine
   cannot take in its current memory state is 503 with `{"error": {"message"}}`.
 """

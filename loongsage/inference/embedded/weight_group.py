@@ -42,7 +42,8 @@ class _Member:
 
 class WeightGroups:
     """The groups one engine belongs to. Every method blocks (the HTTP layer runs them on a
-    worker thread) and raises BadRequest for a bad body, GroupFailed for a failed group."""
+    worker thread) and raises BadRequest for a bad body, GroupFailed for a failed group,
+    scheduler.Unavailable for an update while the weights are released."""
 
     def __init__(self, engine, join=WeightUpdateGroup):
         self._engine = engine
@@ -86,6 +87,8 @@ class WeightGroups:
         names, dtypes, shapes = _tensor_specs(body)
         name = _text(body, "group_name")
         member = self._member(name)
+        # Refusals the update itself would give, given before receiving (see the module's docstring).
+        self._engine.memory.check_writable()
         try:
             check_shapes(self._engine.model, zip(names, shapes))
         except WeightError as exc:
