@@ -4,8 +4,9 @@ down on exit or failure.
 
 Ports come from the job id, so two jobs sharing a node do not collide, and are checked free
 before use. The end of a job's block is its engines' (HTTP and NCCL ports of rollout.engine=sglang
-servers), so no Ray worker of this or another job takes a port an engine restarts on. Pure helpers (allocation from the environment, ports, what is missing) are apart
-from the process plumbing so they can be tested without Slurm.
+servers), so no Ray worker of this or another job takes a port an engine restarts on. Pure
+helpers (allocation from the environment, ports, what is missing) are apart from the process
+plumbing so they can be tested without Slurm.
 """
 
 from __future__ import annotations

@@ -136,7 +136,7 @@ class SglangEngineActor:
                 failed = (
                     f"{self.name} died {self._deaths} time(s), more than rollout.sglang.max_restarts={max_restarts}; "
                     f"not restarting it. Last exit code {dead.returncode}; log {self.log_path}, last lines:\n"
-                    + dead.log_tail()
+                    f"{dead.log_tail()}"
                 )
                 with self._lock:
                     self._failed = failed

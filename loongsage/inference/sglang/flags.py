@@ -84,7 +84,9 @@ class LaunchSpec:
             )
         _at_least(self.nnodes, 1, "nnodes", "engine_cfg.sglang.nnodes")
         if not 0 <= self.node_rank < self.nnodes:
-            raise ValueError(f"LaunchSpec.node_rank={self.node_rank} (engine_cfg.sglang.node_rank): must be in 0..{self.nnodes - 1}")
+            raise ValueError(
+                f"LaunchSpec.node_rank={self.node_rank} (engine_cfg.sglang.node_rank): must be in 0..{self.nnodes - 1}"
+            )
         if self.nnodes > 1 and not self.dist_init_addr:
             raise ValueError(
                 f"LaunchSpec.nnodes={self.nnodes} needs dist_init_addr (engine_cfg.sglang.dist_init_addr): "

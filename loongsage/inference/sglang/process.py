@@ -133,10 +133,8 @@ class ServerProcess:
         return "\n".join(text.splitlines()[-lines:])
 
     def _failure(self, what: str) -> str:
-        return (
-            f"{self.name} {what}\n  command: {self.command_line()}\n  log: {self.log_path}, last lines:\n"
-            + _indent(self.log_tail())
-        )
+        tail = _indent(self.log_tail())
+        return f"{self.name} {what}\n  command: {self.command_line()}\n  log: {self.log_path}, last lines:\n{tail}"
 
 
 def _answers(url: str, timeout_s: float) -> bool:

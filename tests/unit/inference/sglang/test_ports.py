@@ -6,7 +6,8 @@ import socket
 
 import pytest
 
-from loongsage.cluster.bootstrap import ENGINES_PER_JOB, engine_ports as job_engine_ports, ray_ports
+from loongsage.cluster.bootstrap import ENGINES_PER_JOB, ray_ports
+from loongsage.cluster.bootstrap import engine_ports as job_engine_ports
 from loongsage.inference.sglang.ports import engine_ports, free_ports
 
 
