@@ -44,7 +44,6 @@ def push_weights_distributed(
     bucket_bytes: int,
     backend: str,
     sender_host: str,
-    join: Callable[..., WeightUpdateGroup] = WeightUpdateGroup,
 ) -> dict[str, float]:
     """`sender_host`: this machine's address as the engines reach it (they connect to it)."""
     from loongsage.inference.client import EngineClient
@@ -65,7 +64,7 @@ def push_weights_distributed(
             pool.submit(client.init_weights_update_group, sender_host, port, offset, world_size, group_name, backend)
             for client, offset in zip(clients, offsets)
         ]
-        group = _join_watching(joins, clients, lambda: join(backend, sender_host, port, 0, world_size, group_name))
+        group = _join_watching(joins, clients, lambda: WeightUpdateGroup(backend, sender_host, port, 0, world_size, group_name))
         failed = True
         try:
             _wait_all(joins, clients)
@@ -94,6 +93,8 @@ def push_weights_distributed(
             _destroy_everywhere(clients, group_name, group, raise_errors=not failed)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+        for client in clients:
+            client.close()
     return {
         "transfer/bytes": float(num_bytes),
         "transfer/buckets": float(num_buckets),
