@@ -1,5 +1,5 @@
-"""Malformed and refused requests over real HTTP: each gets a 4xx (or 502 for a dead engine)
-with a JSON message in the style of the API called, and nothing is recorded."""
+"""Malformed and refused requests over real HTTP: each gets a 4xx (or 503 when no engine
+answers) with a JSON message in the style of the API called, and nothing is recorded."""
 
 from __future__ import annotations
 
@@ -161,10 +161,10 @@ def test_unknown_routes_and_trajectories_are_404_json(router):
     assert "bad" not in httpx.get(f"{router.base_url}/trajectories", headers=auth(router)).json()["ids"]
 
 
-def test_a_dead_engine_is_502(tiny_model_path, tokenizer):
-    server = start_router("http://127.0.0.1:9", tiny_model_path, tokenizer, max_context=128)
+def test_a_dead_engine_is_503_once_the_request_timeout_has_passed(tiny_model_path, tokenizer):
+    server = start_router("http://127.0.0.1:9", tiny_model_path, tokenizer, max_context=128, request_timeout_s=1.0)
     try:
-        error = _error(_chat(server, _ok_body()), 502)
-        assert "127.0.0.1:9" in error["message"]
+        error = _error(_chat(server, _ok_body()), 503)
+        assert "http://127.0.0.1:9 (down)" in error["message"]
     finally:
         server.stop()

@@ -10,7 +10,6 @@ import secrets
 
 from loongsage.agentflow.router.chat_format import assistant_text, get_chat_format
 from loongsage.agentflow.router.config import RouterConfig
-from loongsage.agentflow.router.engines import EnginePool
 from loongsage.agentflow.router.errors import RouterError, bad_request
 from loongsage.agentflow.router.keys import Keys
 from loongsage.agentflow.router.messages import ChatRequest, Sampling, TurnResult
@@ -20,6 +19,8 @@ from loongsage.agentflow.router.trajectory import Trajectory, Turn
 from loongsage.agentflow.router.turns import make_turn
 from loongsage.inference.activity import ActivityMeter
 from loongsage.inference.client import EngineClient, EngineError
+from loongsage.inference.engine_pool import EnginePool, NoEngineAvailable
+from loongsage.inference.engine_roster import EngineRoster
 from loongsage.inference.resumable import UNVERSIONED, Generation, generate_resumable
 from loongsage.models import load_tokenizer, resolve_model_path
 from loongsage.sampling import SamplingDefaults
@@ -27,9 +28,15 @@ from loongsage.sampling import SamplingDefaults
 
 class Router:
     """Tokenizer, chat format, engines and the trajectory store; `store.pop(id)` hands a finished
-    trajectory to the controller (see export.to_samples). Request handling runs on one event loop."""
+    trajectory to the controller (see export.to_samples). Request handling runs on one event loop.
 
-    def __init__(self, cfg: RouterConfig, tokenizer=None, activity: ActivityMeter | None = None):
+    `roster`: the run's shared view of its engines (down, lacking the published weights), so the
+    router stops sending to an engine the controller's own requests found broken, and the other
+    way round; None: one of its own over `cfg.engine_urls`."""
+
+    def __init__(
+        self, cfg: RouterConfig, tokenizer=None, activity: ActivityMeter | None = None, roster: EngineRoster | None = None
+    ):
         self.cfg = cfg
         # Shared with the rollout side when the controller measures the engines' idle time.
         self.activity = activity or ActivityMeter()
@@ -39,7 +46,7 @@ class Router:
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(resolve_model_path(cfg.model))
         self.chat_format = get_chat_format(cfg.chat_format, self.tokenizer)
         self.store = TrajectoryStore()
-        self.engines = EnginePool(cfg.engine_urls, cfg.request_timeout_s)
+        self.engines = EnginePool(_roster(cfg, roster), cfg.request_timeout_s)
         self._max_context = cfg.max_context
         self._context_probe: asyncio.Future | None = None
 
@@ -55,20 +62,19 @@ class Router:
         tools = request.tools if request.parse_tool_calls else []
         rendered = self.chat_format.render(trajectory.substitute_replies(request.messages), tools)
         plan = trajectory.plan(rendered, attempt, self._tokenize)
-        async with self.engines.engine_for(trajectory_id) as engine:
-            max_new_tokens = await self._max_new_tokens(engine, len(plan.prompt_ids), request.sampling.max_tokens)
-            params = _sampling_params(request.sampling, self.cfg.sampling)
-            generation = await self._generate(engine, plan.prompt_ids, params, max_new_tokens)
+        max_new_tokens = await self._max_new_tokens(len(plan.prompt_ids), request.sampling.max_tokens)
+        params = _sampling_params(request.sampling, self.cfg.sampling)
+        generation, engine_url = await self._generate(trajectory_id, plan.prompt_ids, params, max_new_tokens)
         if generation.finish.get("type") == "abort" and not generation.output_ids:
             # Aborted on every resume before its first token: an answer to pass on would be an empty
             # success the agent cannot tell from a real (empty) reply.
             raise RouterError(
                 503,
-                f"engine {engine.base_url} aborted the request {len(generation.rids)} time(s) "
+                f"engine {engine_url} aborted the request {len(generation.rids)} time(s) "
                 f"before it produced a token ({generation.finish.get('message', 'no reason given')})",
             )
         parse = self.chat_format.parse_assistant if request.parse_tool_calls and request.tools else None
-        turn, matched_stop = make_turn(plan, generation, self._decode, parse, engine.base_url)
+        turn, matched_stop = make_turn(plan, generation, self._decode, parse, engine_url)
         if trajectory_id is not None and existing is None:
             # Registered only once a turn exists, so a refused first request leaves no trace.
             trajectory = self.store.setdefault(trajectory_id, trajectory)
@@ -117,8 +123,8 @@ class Router:
     def _decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False)
 
-    async def _max_new_tokens(self, engine: EngineClient, prompt_tokens: int, asked: int | None) -> int:
-        limit = await self._context_limit(engine)
+    async def _max_new_tokens(self, prompt_tokens: int, asked: int | None) -> int:
+        limit = await self._context_limit()
         room = limit - prompt_tokens
         if asked is None:
             if room <= 0:
@@ -134,11 +140,11 @@ class Router:
             )
         return asked
 
-    async def _context_limit(self, engine: EngineClient) -> int:
+    async def _context_limit(self) -> int:
         if self._max_context is None:
             # One probe, however many first requests arrive together.
             if self._context_probe is None:
-                self._context_probe = asyncio.ensure_future(asyncio.to_thread(_engine_context_limit, engine))
+                self._context_probe = asyncio.ensure_future(self._engine_context_limit())
             try:
                 self._max_context = await asyncio.shield(self._context_probe)
             except RouterError:
@@ -146,12 +152,48 @@ class Router:
                 raise
         return self._max_context
 
-    async def _generate(self, engine: EngineClient, prompt_ids: list[int], params: dict, max_new: int) -> Generation:
-        async def call(input_ids: list[int], sampling_params: dict, rid: str) -> dict:
-            with self.activity.request():
-                return await _call_engine(engine, input_ids, sampling_params, rid)
+    async def _engine_context_limit(self) -> int:
+        """Read off whichever engine answers: they all serve the same model."""
+        answered = ""
 
-        return await generate_resumable(call, prompt_ids, params, max_new, self.cfg.max_resumes)
+        async def server_info(engine: EngineClient) -> dict:
+            nonlocal answered
+            info = await asyncio.to_thread(engine.get_server_info)
+            answered = engine.base_url
+            return info
+
+        try:
+            info = await self.engines.call(None, server_info)
+        except NoEngineAvailable as exc:
+            raise RouterError(503, f"cannot read the engines' context limit: {exc}") from exc
+        except EngineError as exc:
+            raise RouterError(502, f"cannot read the context limit of engine {exc.url}: {exc}") from exc
+        for key in ("max_context", "context_length", "max_total_num_tokens"):
+            if isinstance(info.get(key), int) and info[key] > 0:
+                return info[key]
+        raise RouterError(502, f"engine {answered} does not report its context limit; set router max_context")
+
+    async def _generate(
+        self, trajectory_id: str | None, prompt_ids: list[int], params: dict, max_new: int
+    ) -> tuple[Generation, str]:
+        """The generation, each call on the trajectory's engine or, when that one fails, another;
+        and the base URL of the engine that gave the last answer (the turn records it)."""
+        answered = ""
+
+        async def call(input_ids: list[int], sampling_params: dict, rid: str) -> dict:
+            async def send(engine: EngineClient) -> dict:
+                nonlocal answered
+                response = await engine.agenerate(
+                    input_ids=input_ids, sampling_params=sampling_params, return_logprob=True, rid=rid
+                )
+                answered = engine.base_url
+                return response
+
+            with self.activity.request():
+                return await _call_engine(self.engines, trajectory_id, send)
+
+        generation = await generate_resumable(call, prompt_ids, params, max_new, self.cfg.max_resumes)
+        return generation, answered
 
     def _token_logprobs(self, turn: Turn) -> list[tuple[str, float]]:
         return [(self._decode([t]), lp) for t, lp in zip(turn.output_ids, turn.output_logprobs)]
@@ -175,24 +217,24 @@ def _either(asked, default):
     return default if asked is None else asked
 
 
-async def _call_engine(engine: EngineClient, input_ids: list[int], params: dict, rid: str) -> dict:
+async def _call_engine(pool: EnginePool, trajectory_id: str | None, send) -> dict:
     try:
-        return await engine.agenerate(input_ids=input_ids, sampling_params=params, return_logprob=True, rid=rid)
+        return await pool.call(trajectory_id, send)
+    except NoEngineAvailable as exc:
+        raise RouterError(503, str(exc)) from exc
     except EngineError as exc:
         if exc.status is not None and 400 <= exc.status < 500:
             raise RouterError(400, f"the engine refused the request: {exc.server_message}") from exc
-        raise RouterError(502, f"engine {engine.base_url} failed: {exc}") from exc
+        raise RouterError(502, f"engine failed: {exc}") from exc
 
 
-def _engine_context_limit(engine: EngineClient) -> int:
-    try:
-        info = engine.get_server_info()
-    except EngineError as exc:
-        raise RouterError(502, f"cannot read the context limit of engine {engine.base_url}: {exc}") from exc
-    for key in ("max_context", "context_length", "max_total_num_tokens"):
-        if isinstance(info.get(key), int) and info[key] > 0:
-            return info[key]
-    raise RouterError(502, f"engine {engine.base_url} does not report its context limit; set router max_context")
+def _roster(cfg: RouterConfig, roster: EngineRoster | None) -> EngineRoster | tuple[str, ...]:
+    """The shared roster, which must list the engines the config names; else the config's URLs."""
+    if roster is None:
+        return cfg.engine_urls
+    if [url.rstrip("/") for url in cfg.engine_urls] != roster.urls:
+        raise ValueError(f"router engine_urls {list(cfg.engine_urls)} are not the shared roster's engines {roster.urls}")
+    return roster
 
 
 def _finish_reason(turn: Turn) -> str:

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 
 from loongsage.http_server import AppServer
 
-TOKEN = 7
+TOKEN = 2  # <|im_end|> of the tiny model's tokenizer: a turn the router can continue on one branch
 
 
 class EngineDouble:
