@@ -3,8 +3,10 @@
 The trainer's rank 0 already belongs to the trainer's default group, and an engine may run its
 own; SGLang's `/init_weights_update_group` therefore builds a separate group from a TCP store,
 and so do we, on both sides: rank 0 (the sender) hosts the store at `master_address:master_port`,
-the engines' ranks join it. `group_name` prefixes every store key, so several groups may share
-a port over a run without reading each other's keys.
+the engines' ranks join it. The store keys are laid out exactly as SGLang's receiver lays them
+out (its `init_custom_process_group`: `PrefixStore(group_name)`, then torch's group helper adds
+`<group_name>/` and `<device>/`), or rank 0 and an SGLang rank would each wait for keys the other
+never writes (docs/sglang_protocol.md, difference 1).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ class WeightUpdateGroup:
         self._pending = None  # a broadcast given up on (see `broadcast`)
         # The store lives as long as the group: rank 0's copy is the server the others talk to.
         self._store = dist.TCPStore(master_address, master_port, world_size, is_master=rank == 0, timeout=timeout)
-        prefixed = dist.PrefixStore(f"loongsage/{group_name}/", self._store)
+        prefixed = sglang_group_store(self._store, group_name, backend)
         if backend == "gloo":
             self._group = dist.ProcessGroupGloo(prefixed, rank, world_size, timeout)
         else:
@@ -84,3 +86,9 @@ class WeightUpdateGroup:
             self._pending = None
         self._group = None
         self._store = None
+
+
+def sglang_group_store(store: dist.Store, group_name: str, backend: str) -> dist.Store:
+    """The store view SGLang's weight-update group ranks use for `group_name`."""
+    device = "cuda" if backend == "nccl" else "cpu"
+    return dist.PrefixStore(f"{device}/", dist.PrefixStore(f"{group_name}/", dist.PrefixStore(group_name, store)))
