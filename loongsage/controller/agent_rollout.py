@@ -24,7 +24,6 @@ from loongsage.config import Config
 from loongsage.controller.data_stream import SINGLE_SOURCE, Item
 from loongsage.controller.grading_health import check_grading, mark_grading_error
 from loongsage.controller.rollout import RolloutGroup
-from loongsage.inference.engine_roster import EngineRoster
 from loongsage.sample import Sample
 from loongsage.tasks.registry import Reward, get_reward
 from loongsage.tasks.scoring import score_safely
@@ -35,9 +34,7 @@ log = logging.getLogger(__name__)
 
 
 class AgentRolloutSource:
-    def __init__(self, cfg: Config, rollout: RolloutGroup, model_path: str, roster: EngineRoster | None = None):
-        """`roster`: the engines' state shared with the rollout side (RolloutGroup.roster), so the
-        router and the controller's own requests see the same engines down or lagging."""
+    def __init__(self, cfg: Config, rollout: RolloutGroup, model_path: str):
         self.cfg = cfg
         # Per data source (one unnamed source unless data.mix): its agent and its reward.
         self.agents, self.rewards = _agents_and_rewards(cfg)
@@ -57,7 +54,9 @@ class AgentRolloutSource:
                 sampling=run_sampling(cfg.rollout),
             ),
             activity=rollout.activity,
-            roster=roster,
+            # The engines' state shared with the controller: the router's requests and the weight
+            # pushes see the same engines down or lagging.
+            roster=rollout.roster,
         )
         self.server = RouterServer(router)
         self.server.start()
