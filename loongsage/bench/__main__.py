@@ -12,7 +12,7 @@ from loongsage.logs import setup_logging
 BENCHMARKS = {
     "engine": "embedded engine vs transformers generate",
     "train": "trainer vs a plain HF training loop",
-    "agentflow": "router overhead per turn vs the engine's /generate",
+    "agentflow": "router overhead per turn vs the engine's /generate (--engines N: N engines vs 1, affinity vs none)",
     "async": "sync vs fully_async on an agentic workload (--simulate: a GPU-cluster model)",
 }
 # `async` is a keyword, so its module has another name.

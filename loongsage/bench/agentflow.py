@@ -4,6 +4,9 @@ sent straight to the engine's `/generate`.
     python -m loongsage.bench agentflow [--model tiny] [--conversations 32] [--turns 3] [--max-tokens 64]
                                         [--repeats 3]
 
+With `--engines N` it measures something else: N engines behind the router vs one, and the
+prefix cache with trajectory affinity vs without (agentflow_engines.py).
+
 The engine runs in its own process (as a Ray actor or an SGLang server would), the router on a
 thread of this one. All conversations run at once, each turn after the previous one, as agents do. Every turn asks
 for a fixed number of tokens with EOS ignored and a per-turn sampling seed, so both paths do
@@ -40,10 +43,14 @@ TOPICS = ["the weather", "prime numbers", "a cat", "the moon", "rivers", "music"
 
 
 def main(argv: list[str]) -> int:
+    if any(arg == "--engines" or arg.startswith("--engines=") for arg in argv):
+        from loongsage.bench import agentflow_engines
+
+        return agentflow_engines.main(argv)
     args = _parse(argv)
     model_path = resolve_model_path(args.model)
     engine_cfg = {"max_running": args.conversations, "max_context": 2048, "num_threads": args.threads or None}
-    engine, engine_url = _start_engine_process(model_path, engine_cfg)
+    engine, engine_url = start_engine_process(model_path, engine_cfg)
     router = Router(
         RouterConfig(model=str(model_path), engine_urls=(engine_url,), served_model_names=("bench",)),
         tokenizer=load_tokenizer(model_path),
@@ -102,7 +109,7 @@ def _report(name: str, passes: list[list[float]]) -> None:
     )
 
 
-def _start_engine_process(model_path, engine_cfg: dict):
+def start_engine_process(model_path, engine_cfg: dict):
     """The engine in its own process, as deployments run it (a Ray actor or an SGLang server),
     so the engine's threads and the router's do not share one interpreter lock."""
     context = multiprocessing.get_context("spawn")
