@@ -156,6 +156,9 @@ def launch_env(base: Mapping[str, str], gpus: Sequence[int | str] | None, thread
         # Ray starts its workers with OMP_NUM_THREADS=1; the server gets the actor's cores.
         env["OMP_NUM_THREADS"] = str(threads)
     env.setdefault("SGLANG_HEALTH_CHECK_TIMEOUT", str(HEALTH_CHECK_TIMEOUT_S))
+    # SGLang's /health runs a generation by default (a second or more, 503 while paused); the
+    # engine pool probes liveness with it, and readiness with /health_generate.
+    env.setdefault("SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "false")
     # Its output reaches the log as it is written, so a crash's last words are in the log tail.
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -116,6 +116,7 @@ def test_env_names_the_seat_devices_and_the_actor_threads():
     assert env["OMP_NUM_THREADS"] == "6"
     assert env["PATH"] == "/bin"
     assert int(env["SGLANG_HEALTH_CHECK_TIMEOUT"]) > 20  # SGLang's default gives up during a weight broadcast
+    assert env["SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION"] == "false"  # /health: liveness, not a generation
     assert env["PYTHONUNBUFFERED"] == "1"
 
 
