@@ -75,8 +75,15 @@ class EngineClient:
     def flush_cache(self):
         return self._request("POST", "/flush_cache")
 
-    def pause_generation(self):
-        return self._request("POST", "/pause_generation", {})
+    def pause_generation(self, mode: str):
+        """SGLang's modes (its default, when a body names none, is abort):
+        - "abort": every request in flight ends now, its caller answered with the partial output
+          and finish_reason {"type": "abort"};
+        - "in_place": in-flight requests stay where they are, with their KV cache, and go on after
+          /continue_generation;
+        - "retract": they go back to the queue and are recomputed after /continue_generation.
+        In every mode new /generate calls wait until /continue_generation."""
+        return self._request("POST", "/pause_generation", {"mode": mode})
 
     def continue_generation(self):
         return self._request("POST", "/continue_generation", {})
@@ -91,7 +98,29 @@ class EngineClient:
         return self._request("GET", "/get_server_info")
 
     def get_weight_version(self) -> str:
+        """SGLang 0.5.23 reports it only in /model_info (and the deprecated /get_model_info); older
+        servers have /get_weight_version, some without `weight_version` in their model info.
+        Raises EngineError with status 404 when the server has none of them."""
+        for path in ("/model_info", "/get_model_info"):
+            try:
+                info = self._request("GET", path)
+            except EngineError as exc:
+                if exc.status != 404:
+                    raise
+                continue
+            if isinstance(info, dict) and "weight_version" in info:
+                return info["weight_version"]
         return self._request("GET", "/get_weight_version")["weight_version"]
+
+    def begin_weight_update(self, selector: str = "all"):
+        """Opens the weight-update session outside which SGLang 0.5.23 refuses
+        update_weights_from_tensor and update_weights_from_distributed (400); one per server.
+        `selector`: "all", "target" or "draft" (the speculative-decoding draft model)."""
+        return self._request("POST", "/begin_weight_update", {"selector": selector})
+
+    def end_weight_update(self):
+        """Closes the session (SGLang finalizes the loaded weights here)."""
+        return self._request("POST", "/end_weight_update", {})
 
     def update_weights_from_tensor(
         self,

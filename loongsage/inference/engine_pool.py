@@ -8,9 +8,9 @@ rotation (see EngineRoster) and the request is sent again elsewhere: a /generate
 effect until it answers, so sending it again neither loses nor duplicates anything. With no
 engine usable the request waits for one (a restart, a weight push) until its deadline.
 
-Down engines are probed (/health, then /get_weight_version) in tasks of their own with a short
-timeout: a request never waits on a probe, and an engine whose host went silent costs the
-probe its timeout, not every request its own.
+Down engines are probed (/health, then the weight version from /model_info) in tasks of their
+own with a short timeout: a request never waits on a probe, and an engine whose host went
+silent costs the probe its timeout, not every request its own.
 
 Used from one event loop only (its EngineClients' async connections belong to that loop), so
 the counters here need no lock; what several loops share lives in the EngineRoster.
@@ -149,7 +149,7 @@ class EnginePool:
 
 
 def _weight_version(client: EngineClient) -> int:
-    """The engine's version; UNVERSIONED when it has no /get_weight_version (older SGLang)."""
+    """The engine's version; UNVERSIONED when it reports none (older SGLang)."""
     try:
         return version_number(client.get_weight_version())
     except EngineError as exc:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from loongsage.inference.client import EngineClient, EngineError
+from loongsage.transfer.session import update_sessions
 from loongsage.transfer.transports import pack_inline
 from tests.integration.engine_support import WAIT_S, running_engine, wait_until_queued
 
@@ -133,7 +134,7 @@ def test_concurrent_requests_are_batched_and_reproducible(server, client):
     async def all_at_once():
         # Paused, the engine queues the requests as they come; they start together on continue,
         # however the machine's load spreads out their arrival.
-        await asyncio.to_thread(client.pause_generation)
+        await asyncio.to_thread(client.pause_generation, "in_place")
         try:
             requests = [
                 asyncio.create_task(client.agenerate(input_ids=p, sampling_params=s, rid=f"r{i}"))
@@ -185,12 +186,12 @@ def test_prompts_opening_alike_prefill_their_common_prefix_once(client, hf_tiny)
     assert later["meta_info"]["cached_tokens"] == len(opening)
 
 
-def _pause_while_running(client) -> None:
+def _pause_while_running(client, mode: str = "in_place") -> None:
     """Pause the engine at a moment a request is running (it has sampled tokens and not finished):
     paused, it stays so however loaded the machine. In between tries the engine runs on."""
     deadline = time.monotonic() + WAIT_S
     while True:
-        client.pause_generation()
+        client.pause_generation(mode=mode)
         if client.get_server_info()["running"]:
             return
         client.continue_generation()
@@ -213,10 +214,11 @@ def test_abort_returns_partial_output(client):
     assert 0 < len(out["output_ids"]) < 240
 
 
-def test_pause_holds_the_batch_until_continue(client):
+@pytest.mark.parametrize("mode", ["in_place", "retract"])  # retract: in_place here (no KV to give back)
+def test_pause_holds_the_batch_until_continue(client, mode):
     async def scenario():
         task = asyncio.create_task(client.agenerate(input_ids=PROMPT, sampling_params=_greedy(240)))
-        await asyncio.to_thread(_pause_while_running, client)
+        await asyncio.to_thread(_pause_while_running, client, mode)
         try:
             steps = client.get_server_info()["stats"]["decode_steps"]
             await asyncio.sleep(0.3)
@@ -231,20 +233,59 @@ def test_pause_holds_the_batch_until_continue(client):
     assert out["meta_info"]["finish_reason"]["type"] == "length" and len(out["output_ids"]) == 240
 
 
+def test_pause_abort_answers_what_is_in_flight_and_holds_new_requests(server, client):
+    """SGLang's default mode (a body without one): the running request is answered at once, 200
+    with the tokens it had and finish_reason abort; a request sent while paused waits for continue."""
+
+    async def scenario():
+        cut = asyncio.create_task(client.agenerate(input_ids=PROMPT, sampling_params=_greedy(240), rid="cut"))
+        await asyncio.to_thread(_pause_while_running, client)  # in_place: known to be mid-generation
+        late = None
+        try:
+            paused = await asyncio.to_thread(httpx.post, f"{server.base_url}/pause_generation", json={})
+            assert paused.status_code == 200, paused.text
+            partial = await asyncio.wait_for(cut, WAIT_S)  # answered while the engine stays paused
+            late = asyncio.create_task(client.agenerate(input_ids=PROMPT, sampling_params=_greedy(3)))
+            await asyncio.to_thread(wait_until_queued, server, 1)
+            await asyncio.sleep(0.2)
+            assert not late.done() and client.get_server_info()["paused"]
+        finally:
+            await asyncio.to_thread(client.continue_generation)
+        return partial, await late
+
+    partial, late = asyncio.run(scenario())
+    reason = partial["meta_info"]["finish_reason"]
+    assert reason["type"] == "abort" and {"message", "status_code", "err_type"} <= set(reason)
+    n = len(partial["output_ids"])
+    assert 0 < n < 240 and partial["meta_info"]["completion_tokens"] == n
+    # The partial output is what the request had generated: the greedy tokens so far.
+    assert client.generate(input_ids=PROMPT, sampling_params=_greedy(n))["output_ids"] == partial["output_ids"]
+    assert late["meta_info"]["finish_reason"]["type"] == "length" and len(late["output_ids"]) == 3
+
+
+@pytest.mark.parametrize("body", [{"mode": "abort_all"}, {"mode": 1}, {"mode": ""}, ["abort"]])
+def test_pause_with_a_bad_mode_is_400_and_pauses_nothing(server, client, body):
+    response = httpx.post(f"{server.base_url}/pause_generation", json=body)
+    assert response.status_code == 400
+    assert response.json()["error"]["field"] == ("body" if isinstance(body, list) else "mode")
+    assert client.get_server_info()["paused"] is False
+
+
 def test_update_weights_from_tensor_changes_outputs_and_version(client, hf_tiny, tiny_model_path):
     original = client.generate(input_ids=PROMPT, sampling_params=_greedy(8))
     named = [(n, p.detach() * 3.0) for n, p in hf_tiny.named_parameters()]
 
-    with pack_inline(named[:2] + [("model.layers.0.mlp.nope.weight", torch.zeros(2))]) as payload:
-        with pytest.raises(EngineError, match="nope"):
-            client.update_weights_from_tensor([payload], load_format="inline", weight_version="6")
-    with pack_inline([("model.norm.weight", torch.zeros(7))]) as payload:
-        with pytest.raises(EngineError, match="model.norm.weight"):
-            client.update_weights_from_tensor([payload], load_format="inline", weight_version="6")
+    with update_sessions([client]):
+        with pack_inline(named[:2] + [("model.layers.0.mlp.nope.weight", torch.zeros(2))]) as payload:
+            with pytest.raises(EngineError, match="nope"):
+                client.update_weights_from_tensor([payload], load_format="inline", weight_version="6")
+        with pack_inline([("model.norm.weight", torch.zeros(7))]) as payload:
+            with pytest.raises(EngineError, match="model.norm.weight"):
+                client.update_weights_from_tensor([payload], load_format="inline", weight_version="6")
     assert client.get_weight_version() == "default"
     assert client.generate(input_ids=PROMPT, sampling_params=_greedy(8))["output_ids"] == original["output_ids"]
 
-    with pack_inline(named) as payload:
+    with update_sessions([client]), pack_inline(named) as payload:
         client.update_weights_from_tensor([payload], load_format="inline", weight_version="7")
     updated = client.generate(input_ids=PROMPT, sampling_params=_greedy(8))
     assert client.get_weight_version() == "7" and client.get_model_info()["weight_version"] == "7"
@@ -261,3 +302,12 @@ def test_health_endpoints(client):
     assert client.health() and client.health_generate()
     info = client.get_model_info()
     assert info["is_generation"] is True and info["model_path"].endswith("tiny")
+
+
+def test_model_and_server_info_under_sglangs_new_and_deprecated_paths(server, client):
+    """SGLang 0.5.23 reports the weight version in /model_info only (no /get_weight_version)."""
+    model = [httpx.get(f"{server.base_url}{path}").json() for path in ("/model_info", "/get_model_info")]
+    assert model[0] == model[1] and model[0]["weight_version"] == client.get_weight_version()
+    servers = [httpx.get(f"{server.base_url}{path}").json() for path in ("/server_info", "/get_server_info")]
+    assert servers[0].keys() == servers[1].keys() and servers[0]["tp_size"] == 1
+    assert servers[0]["max_context"] == 256  # flat: the engine's settings at the top level

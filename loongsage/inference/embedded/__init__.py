@@ -13,7 +13,7 @@ Started as a process it takes SGLang's `launch_server` flags, so that one engine
 `--model-path` (required), `--host`, `--port`, `--dtype` (auto = float32), `--context-length`,
 `--max-running-requests`, `--random-seed`, `--weight-version`. GPU-only flags
 (`--mem-fraction-static`, `--enable-memory-saver`, `--base-gpu-id`, `--nccl-port`, ...) are
-accepted and reported back by /get_server_info; `--tp-size`, `--nnodes` and `--node-rank` take
+accepted and reported back by /server_info (and /get_server_info); `--tp-size`, `--nnodes` and `--node-rank` take
 only 1, 1 and 0; an unknown flag exits 2. Threads follow OMP_NUM_THREADS. SIGTERM or SIGINT
 stops it with exit 0; a model that does not load exits 1 with one line on stderr.
 
@@ -28,9 +28,21 @@ Behaviour callers rely on:
   alone or inside any batch.
 - `max_new_tokens: 0` with `return_logprob` and `logprob_start_len: 0` scores a sequence
   (teacher logprobs); the first prompt entry's logprob is null.
-- `/pause_generation` keeps in-flight requests in the batch and runs no step until
-  `/continue_generation`; weight updates apply between two decode steps and always drop the
-  prompt cache. `weight_version` starts as "default", like SGLang.
+- `/pause_generation` takes SGLang's `{"mode"}`, default "abort": every request in flight ends
+  at once, answered 200 with its partial output and finish_reason `{"type": "abort", ...}`.
+  "in_place" keeps in-flight requests in the batch. "retract" (SGLang: back to the queue, KV
+  recomputed after continue) is in_place here: its callers too get their whole answer after
+  `/continue_generation`. In every mode no step runs and new /generate calls wait until
+  `/continue_generation`; another mode is a 400 naming `mode`.
+- Weight updates apply between two decode steps and always drop the prompt cache: an update's
+  `flush_cache` is accepted and ignored, and never fails (SGLang's answers 400, the weights
+  updated, when requests run or wait, e.g. held by an in_place pause). `weight_version` is a
+  string or null (anything else a 400 naming it, where SGLang answers 422) and starts as
+  "default", like SGLang; /model_info (and /get_model_info, /get_weight_version) report it.
+- `/update_weights_from_tensor` and `/update_weights_from_distributed` are refused outside a
+  weight-update session (`/begin_weight_update` ... `/end_weight_update`), as SGLang 0.5.23
+  refuses them: 400 `{"success": false, "message"}` (see `update_session`);
+  `/update_weights_from_disk` needs none. /get_server_info reports `weight_update_session`.
 - `/release_memory_occupation` / `/resume_memory_occupation` take `{"tags": [...] | null}`
   (null: all of "weights", "kv_cache", "cuda_graph"; the last is a no-op on CPU); both are
   idempotent. Releasing needs an idle engine (400 naming how many requests are in flight, paused
@@ -44,6 +56,7 @@ Behaviour callers rely on:
   checks names, dtypes and shapes against the model before receiving anything, so a refused
   request leaves the group in step; a broken group (the sender left mid-bucket) is destroyed,
   the model untouched (500). /get_server_info reports `tp_size` (1) and `weight_update_groups`.
-- Every invalid request is HTTP 400 with `{"error": {"message", "field"}}`; a request the engine
-  cannot take in its current memory state is 503 with `{"error": {"message"}}`.
+- Every invalid request is HTTP 400 with `{"error": {"message", "field"}}` (session refusals
+  excepted, see above); a request the engine cannot take in its current memory state is 503
+  with `{"error": {"message"}}`.
 """

@@ -49,6 +49,11 @@ def decode_width(rows: int) -> int:
     return 4 if rows <= 4 else -(-rows // 8) * 8
 
 
+# SGLang's abort finish_reason carries status_code and err_type (null for these aborts).
+REQUEST_ABORT = {"type": "abort", "message": "aborted by request", "status_code": None, "err_type": None}
+PAUSE_ABORT = {**REQUEST_ABORT, "message": "aborted by /pause_generation (mode abort)"}
+
+
 class Unavailable(RuntimeError):
     """The engine takes no new requests for now (memory released, weights not loaded): HTTP 503."""
 
@@ -118,8 +123,16 @@ class Scheduler:
             self._cond.notify()
         return future.result(timeout)
 
-    def pause(self) -> None:
-        self.call(lambda: setattr(self, "paused", True))
+    def pause(self, abort: bool = False) -> int:
+        """No admissions and no steps until `resume`; requests submitted meanwhile wait. With
+        `abort` (SGLang's pause mode "abort") every request in flight ends first, answered with its
+        partial output; without, they stay in the batch (mode "in_place"). Returns how many ended."""
+
+        def pause() -> int:
+            self.paused = True
+            return self._abort(None, PAUSE_ABORT) if abort else 0
+
+        return self.call(pause)
 
     def resume(self) -> None:
         self.call(lambda: setattr(self, "paused", False))
@@ -404,8 +417,8 @@ class Scheduler:
         seq.slot = -1
         seq.finish(reason)
 
-    def _abort(self, rid: str | None) -> int:
-        reason = {"type": "abort", "message": "aborted by request"}
+    def _abort(self, rid: str | None, reason: dict | None = None) -> int:
+        reason = dict(reason or REQUEST_ABORT)  # a copy: the answers hand it out
         with self._cond:
             hit = [s for s in self._waiting if rid is None or s.rid == rid]
             for seq in hit:

@@ -14,6 +14,7 @@ from loongsage.inference.embedded.engine import Engine, GenerationFailed
 from loongsage.inference.embedded.memory import parse_tags
 from loongsage.inference.embedded.protocol import BadRequest
 from loongsage.inference.embedded.scheduler import Unavailable
+from loongsage.inference.embedded.update_session import SessionRefused, UpdateSession
 from loongsage.inference.embedded.weight_group import GroupFailed, WeightGroups
 from loongsage.inference.embedded.weights import WeightError
 from loongsage.json_input import JsonInputError, parse_json, read_json
@@ -25,11 +26,13 @@ HEALTH_GENERATE_TIMEOUT_S = 30.0
 # A /generate body is token ids or text: max_running prompts of max_context tokens fit many times
 # over. (Weight updates carry tensors inline and are not held to it.)
 GENERATE_MAX_BODY_BYTES = 64 * 2**20
+PAUSE_MODES = ("abort", "retract", "in_place")
 
 
 def build_app(engine: Engine) -> FastAPI:
     app = FastAPI(title="LoongSage embedded engine")
     groups = WeightGroups(engine)
+    session = UpdateSession()
 
     @app.exception_handler(BadRequest)
     async def bad_request(_: Request, exc: BadRequest):
@@ -38,6 +41,10 @@ def build_app(engine: Engine) -> FastAPI:
     @app.exception_handler(Unavailable)
     async def unavailable(_: Request, exc: Unavailable):
         return JSONResponse({"error": {"message": str(exc)}}, status_code=503)
+
+    @app.exception_handler(SessionRefused)
+    async def session_refused(_: Request, exc: SessionRefused):
+        return JSONResponse({"success": False, "message": str(exc)}, status_code=400)
 
     @app.post("/generate")
     async def generate(request: Request):
@@ -73,8 +80,11 @@ def build_app(engine: Engine) -> FastAPI:
         return {"success": True, "message": "Cache flushed."}
 
     @app.post("/pause_generation")
-    async def pause_generation():
-        await run_in_threadpool(engine.scheduler.pause)
+    async def pause_generation(request: Request):
+        mode = _field(await _json_body(request, allow_empty=True), "mode", str, "abort")  # SGLang's default
+        if mode not in PAUSE_MODES:
+            raise BadRequest(f"expected one of {', '.join(PAUSE_MODES)}, got {mode!r}", "mode")
+        await run_in_threadpool(engine.scheduler.pause, mode == "abort")  # retract holds like in_place
         return {"success": True}
 
     @app.post("/continue_generation")
@@ -92,7 +102,8 @@ def build_app(engine: Engine) -> FastAPI:
         aborted = await run_in_threadpool(engine.scheduler.abort, None if abort_all else rid)
         return {"success": True, "aborted": aborted}
 
-    @app.get("/get_model_info")
+    @app.get("/model_info")
+    @app.get("/get_model_info")  # deprecated in SGLang, still served
     async def get_model_info():
         return engine.model_info()
 
@@ -100,14 +111,17 @@ def build_app(engine: Engine) -> FastAPI:
     async def get_weight_version():
         return {"weight_version": engine.weight_version}
 
-    @app.get("/get_server_info")
+    @app.get("/server_info")
+    @app.get("/get_server_info")  # deprecated in SGLang, still served
     async def get_server_info():
         # tp_size as SGLang reports it: a weight sender counts the ranks each engine adds to its group.
-        return {**engine.server_info(), "tp_size": 1, "weight_update_groups": groups.names()}
+        info = {**engine.server_info(), "tp_size": 1, "weight_update_groups": groups.names()}
+        return {**info, "weight_update_session": session.selector}
 
     @app.post("/update_weights_from_tensor")
     async def update_weights_from_tensor(request: Request):
         body = await _json_body(request)
+        session.require("update_weights_from_tensor")
         payloads = _field(body, "serialized_named_tensors", list, None)
         if payloads is None or len(payloads) != 1:
             raise BadRequest(
@@ -157,12 +171,22 @@ def build_app(engine: Engine) -> FastAPI:
     @app.post("/update_weights_from_distributed")
     async def update_weights_from_distributed(request: Request):
         body = await _json_body(request)
+        session.require("update_weights_from_distributed")  # before receiving anything
         _field(body, "flush_cache", bool, True)  # the prompt cache is always dropped on an update
         return await _in_group(groups.update, body, _version(body))
 
     @app.post("/destroy_weights_update_group")
     async def destroy_weights_update_group(request: Request):
         return await _in_group(groups.destroy, await _json_body(request))
+
+    # SGLang 0.5.23 takes tensor and distributed updates only inside a session (update_session).
+    @app.post("/begin_weight_update")
+    async def begin_weight_update(request: Request):
+        return session.begin(await _json_body(request, allow_empty=True))
+
+    @app.post("/end_weight_update")
+    async def end_weight_update(request: Request):
+        return session.end(await _json_body(request, allow_empty=True))
 
     return app
 
@@ -206,12 +230,10 @@ def _field(body, name: str, kind: type, default):
 
 
 def _version(body) -> str | None:
-    """SGLang takes the version as a string; the trainer's integer counter is accepted too."""
+    """A string or null, as SGLang takes it (its schema answers an integer with a 422)."""
     value = body.get("weight_version") if isinstance(body, dict) else None
     if value is None or isinstance(value, str):
         return value
-    if isinstance(value, int) and not isinstance(value, bool):
-        return str(value)
     raise BadRequest(f"expected a string, got {type(value).__name__}", "weight_version")
 
 
