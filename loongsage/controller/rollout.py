@@ -111,15 +111,15 @@ class RolloutGroup:
     @contextmanager
     def weight_update(self, interrupt: bool):
         """Around pushing new weights while generation may be in flight: engines pause, and with
-        `interrupt` what is in flight is aborted (its partial output returns to the caller, who
-        continues it after the update); the engines continue once the block is done. Without
-        `interrupt` the caller must have nothing in flight, or responses would mix versions.
+        `interrupt` what is in flight is aborted (pause mode "abort": its partial output returns
+        to the caller, who continues it after the update); the engines continue once the block is
+        done. Without `interrupt` the pause holds requests in place, so the caller must have
+        nothing in flight, or responses would mix versions (and SGLang refuses to flush its cache).
         An engine that does not answer is skipped: it is down, and gets the weights once back."""
+        mode = "abort" if interrupt else "in_place"
         with self.activity.paused():
-            self._each_answering(lambda client: client.pause_generation())
+            self._each_answering(lambda client: client.pause_generation(mode=mode))
             try:
-                if interrupt:
-                    self._each_answering(lambda client: client.abort_request(abort_all=True))
                 yield
             finally:
                 self._each_answering(lambda client: client.continue_generation())

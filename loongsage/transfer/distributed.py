@@ -3,7 +3,9 @@
 SGLang's disaggregated update, with our own engines speaking the same calls: every engine
 joins (`/init_weights_update_group`, ranks after the sender's, `tp_size` each), then per bucket
 every engine is told the names, dtypes and shapes (`/update_weights_from_distributed`) while
-the sender broadcasts the tensors in that order, then the group is destroyed everywhere.
+the sender broadcasts the tensors in that order, then the group is destroyed everywhere. All of
+it inside a weight-update session on every engine (`session`: SGLang 0.5.23 refuses updates
+outside one, answering before it receives, like any refusal below).
 
 A fresh group per push, named with a counter and a random suffix: an engine restarted since
 the last push joins like the others, where a long-lived group would hang every broadcast on
@@ -47,6 +49,7 @@ def push_weights_distributed(
 ) -> dict[str, float]:
     """`sender_host`: this machine's address as the engines reach it (they connect to it)."""
     from loongsage.inference.client import EngineClient
+    from loongsage.transfer.session import update_sessions
 
     device = _sending_device(backend)
     clients = [EngineClient(url) for url in engine_urls]
@@ -60,37 +63,42 @@ def push_weights_distributed(
     # Not `with`: after a failed join its exit would wait out the other engines' rendezvous.
     pool = ThreadPoolExecutor(max_workers=max(len(clients), 1), thread_name_prefix="weight-push")
     try:
-        joins = [
-            pool.submit(client.init_weights_update_group, sender_host, port, offset, world_size, group_name, backend)
-            for client, offset in zip(clients, offsets)
-        ]
-        group = _join_watching(joins, clients, lambda: WeightUpdateGroup(backend, sender_host, port, 0, world_size, group_name))
-        failed = True
-        try:
-            _wait_all(joins, clients)
-            for bucket in iter_buckets(named_tensors, bucket_bytes):
-                tensors = [_sendable(name, tensor, device) for name, tensor in bucket]
-                answers = [
-                    pool.submit(
-                        client.update_weights_from_distributed,
-                        names=[name for name, _ in bucket],
-                        dtypes=[str(t.dtype).removeprefix("torch.") for t in tensors],
-                        shapes=[list(t.shape) for t in tensors],
-                        group_name=group_name,
-                        flush_cache=True,
-                        weight_version=str(version),
-                    )
-                    for client in clients
-                ]
-                check = functools.partial(_raise_first_failure, answers, clients)
-                for tensor in tensors:
-                    group.broadcast(tensor, src=0, check=check)
-                _wait_all(answers, clients)
-                num_buckets += 1
-                num_bytes += sum(t.numel() * t.element_size() for t in tensors)
-            failed = False
-        finally:
-            _destroy_everywhere(clients, group_name, group, raise_errors=not failed)
+        # Closed after the group is gone: SGLang handles session calls on the scheduler, which
+        # a receive left pending by a refused bucket blocks until the group is destroyed.
+        with update_sessions(clients):
+            joins = [
+                pool.submit(client.init_weights_update_group, sender_host, port, offset, world_size, group_name, backend)
+                for client, offset in zip(clients, offsets)
+            ]
+            group = _join_watching(
+                joins, clients, lambda: WeightUpdateGroup(backend, sender_host, port, 0, world_size, group_name)
+            )
+            failed = True
+            try:
+                _wait_all(joins, clients)
+                for bucket in iter_buckets(named_tensors, bucket_bytes):
+                    tensors = [_sendable(name, tensor, device) for name, tensor in bucket]
+                    answers = [
+                        pool.submit(
+                            client.update_weights_from_distributed,
+                            names=[name for name, _ in bucket],
+                            dtypes=[str(t.dtype).removeprefix("torch.") for t in tensors],
+                            shapes=[list(t.shape) for t in tensors],
+                            group_name=group_name,
+                            flush_cache=True,
+                            weight_version=str(version),
+                        )
+                        for client in clients
+                    ]
+                    check = functools.partial(_raise_first_failure, answers, clients)
+                    for tensor in tensors:
+                        group.broadcast(tensor, src=0, check=check)
+                    _wait_all(answers, clients)
+                    num_buckets += 1
+                    num_bytes += sum(t.numel() * t.element_size() for t in tensors)
+                failed = False
+            finally:
+                _destroy_everywhere(clients, group_name, group, raise_errors=not failed)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
         for client in clients:

@@ -23,8 +23,10 @@ def push_weights(
 ) -> dict[str, float]:
     """`sender_host`: the address of this process's machine, as engines on it are named (and, for
     gloo | nccl, reach it). shm | inline ride in /update_weights_from_tensor; gloo | nccl
-    broadcast to a weight-update group (`distributed`)."""
+    broadcast to a weight-update group (`distributed`). Either way inside a weight-update
+    session on every engine (`session`)."""
     from loongsage.inference.client import EngineClient
+    from loongsage.transfer.session import update_sessions
 
     if transport in GROUP_TRANSPORTS:
         return push_weights_distributed(named_tensors, engine_urls, version, bucket_bytes, transport, sender_host)
@@ -35,17 +37,22 @@ def push_weights(
     clients = [EngineClient(url) for url in engine_urls]
     start = time.perf_counter()
     num_bytes = num_buckets = 0
-    for bucket in iter_buckets(named_tensors, bucket_bytes):
-        with PACKERS[transport](bucket) as payload:
-            for client in clients:
-                client.update_weights_from_tensor(
-                    serialized_named_tensors=[payload],
-                    load_format=transport,
-                    flush_cache=True,
-                    weight_version=str(version),
-                )
-        num_buckets += 1
-        num_bytes += sum(t.numel() * t.element_size() for _, t in bucket)
+    try:
+        with update_sessions(clients):
+            for bucket in iter_buckets(named_tensors, bucket_bytes):
+                with PACKERS[transport](bucket) as payload:
+                    for client in clients:
+                        client.update_weights_from_tensor(
+                            serialized_named_tensors=[payload],
+                            load_format=transport,
+                            flush_cache=True,
+                            weight_version=str(version),
+                        )
+                num_buckets += 1
+                num_bytes += sum(t.numel() * t.element_size() for _, t in bucket)
+    finally:
+        for client in clients:
+            client.close()
     return {
         "transfer/bytes": float(num_bytes),
         "transfer/buckets": float(num_buckets),

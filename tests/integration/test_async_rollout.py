@@ -92,7 +92,8 @@ def _pause_mid_generation(rollout: RolloutGroup, pipeline: RolloutPipeline) -> b
 
 def _set_paused(rollout: RolloutGroup, paused: bool) -> None:
     for client in rollout.clients:
-        client.pause_generation() if paused else client.continue_generation()
+        # in_place: held requests stay in flight, for the update's abort-mode pause to interrupt.
+        client.pause_generation(mode="in_place") if paused else client.continue_generation()
 
 
 def _batch_ready(pipeline: RolloutPipeline, version: int) -> bool:

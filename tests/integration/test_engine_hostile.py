@@ -110,7 +110,7 @@ def test_bad_requests_leave_the_batch_they_join_untouched(server, client):
     ]
 
     async def together():
-        await asyncio.to_thread(client.pause_generation)
+        await asyncio.to_thread(client.pause_generation, "in_place")
         try:
             goods = [
                 asyncio.create_task(client.agenerate(input_ids=PROMPT + [i], sampling_params=sp)) for i, sp in enumerate(good)

@@ -13,6 +13,7 @@ import torch
 
 from loongsage.inference.client import EngineClient, EngineError
 from loongsage.inference.embedded.weights import read_safetensors
+from loongsage.transfer.session import update_sessions
 from loongsage.transfer.transports import pack_inline
 from tests.integration.embedded_cli_support import engine_process
 from tests.integration.engine_support import WAIT_S, running_engine, wait_until_queued
@@ -80,7 +81,7 @@ def test_resume_then_full_reload_gives_the_same_tokens_and_logprobs(client, tiny
     named = re.search(r"e\.g\. (\S+)\)", error.server_message).group(1)
     assert named in dict(checkpoint)
 
-    with pack_inline([(named, dict(checkpoint)[named])]) as payload:  # one parameter back: one fewer missing
+    with update_sessions([client]), pack_inline([(named, dict(checkpoint)[named])]) as payload:  # one fewer missing
         client.update_weights_from_tensor([payload], load_format="inline")
     error = _refused(client, 503, rf"{n - 1} of {n} parameters not loaded")
     assert named not in error.server_message
@@ -128,7 +129,7 @@ def test_an_empty_body_means_every_tag(client, server):
 
 def test_release_is_refused_while_a_paused_request_is_in_flight(client, server):
     before = _scored(client, PROMPT[:5])
-    client.pause_generation()
+    client.pause_generation(mode="in_place")
     result: dict = {}
     worker = threading.Thread(target=lambda: result.setdefault("out", _scored(client, PROMPT[:5])))
     worker.start()

@@ -16,6 +16,7 @@ import torch
 
 from loongsage.inference.client import EngineClient, EngineError
 from loongsage.transfer.process_group import WeightUpdateGroup
+from loongsage.transfer.session import update_sessions
 
 from .engine_support import running_engine
 
@@ -25,7 +26,8 @@ EMBED = "model.embed_tokens.weight"
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_path):
-    with running_engine(tiny_model_path) as server:
+    """Inside a weight-update session, as SGLang 0.5.23 takes distributed updates."""
+    with running_engine(tiny_model_path) as server, update_sessions([EngineClient(server.base_url)]):
         yield server
 
 
@@ -128,6 +130,7 @@ def test_a_group_survives_refused_requests_and_then_updates(engine, client):
         ({**good, "shapes": [[hidden[0] + 1]]}, "shapes", NORM),
         ({**good, "names": []}, "names", "at least one"),
         ({**good, "weight_version": 1.5}, "weight_version", "string"),
+        ({**good, "weight_version": 8}, "weight_version", "string"),  # SGLang: a 422
     ]
     for body, field, word in refusals:
         assert_bad(post(engine, "/update_weights_from_distributed", body), field, word)
@@ -151,7 +154,7 @@ def test_a_group_survives_refused_requests_and_then_updates(engine, client):
 
 def test_a_bucket_applies_all_or_nothing_and_in_order(engine, client):
     """Two tensors of different shapes in one request: each lands under its own name (the order
-    of `names` is the order of the broadcasts), with an integer weight version taken as text."""
+    of `names` is the order of the broadcasts)."""
     group = join(client, "ordered")
     norm, embed = param(engine, NORM), param(engine, EMBED)
     new_norm, new_embed = norm * 2 + 1, embed.flip(0)
@@ -160,6 +163,29 @@ def test_a_bucket_applies_all_or_nothing_and_in_order(engine, client):
     assert torch.equal(param(engine, EMBED), new_embed)
     assert torch.equal(param(engine, NORM), new_norm)
     client.destroy_weights_update_group("ordered")
+    group.close()
+
+
+def test_outside_a_session_an_update_is_refused_before_receiving(engine, client):
+    """SGLang 0.5.23's refusal, answered before the receive: the group stays in step."""
+    group = join(client, "sessionless")
+    norm = param(engine, NORM)
+    body = {"names": [NORM], "dtypes": ["float32"], "shapes": [list(norm.shape)], "group_name": "sessionless"}
+    client.end_weight_update()
+    try:
+        refused = post(engine, "/update_weights_from_distributed", body)
+    finally:
+        client.begin_weight_update()
+    assert refused.status_code == 400
+    assert refused.json() == {
+        "success": False,
+        "message": "update_weights_from_distributed must run between begin_weight_update() and end_weight_update()",
+    }
+    assert torch.equal(param(engine, NORM), norm)
+    new = torch.full_like(norm, 0.5)
+    assert send(client, group, [(NORM, new)], "in-session")["weight_version"] == "in-session"
+    assert torch.equal(param(engine, NORM), new)
+    client.destroy_weights_update_group("sessionless")
     group.close()
 
 
@@ -199,6 +225,7 @@ def test_a_sender_that_leaves_mid_bucket_breaks_the_group_not_the_model(engine, 
 def test_an_update_while_weights_are_released_is_refused_before_receiving(tiny_model_path):
     with running_engine(tiny_model_path) as engine:
         client = EngineClient(engine.base_url)
+        client.begin_weight_update()
         group = join(client, "released")
         norm = param(engine, NORM)
         client.release_memory_occupation(["weights"])

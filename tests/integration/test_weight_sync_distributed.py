@@ -46,12 +46,13 @@ def test_a_gloo_push_makes_two_engines_serve_the_pushed_weights(tiny_model_path,
         metrics = push_weights(named, [first.base_url, second.base_url], 7, BUCKET_BYTES, "gloo", "127.0.0.1")
         pushed = [greedy(first.base_url), greedy(second.base_url)]
         versions = [EngineClient(s.base_url).get_weight_version() for s in (first, second)]
-        groups_left = [EngineClient(s.base_url).get_server_info()["weight_update_groups"] for s in (first, second)]
+        left = [EngineClient(s.base_url).get_server_info() for s in (first, second)]
     with running_engine(str(directory)) as reference:
         expected = greedy(reference.base_url)
 
     assert versions == ["7", "7"]
-    assert groups_left == [[], []]  # the push's group is destroyed on every engine
+    assert [info["weight_update_groups"] for info in left] == [[], []]  # the push's group is destroyed on every engine
+    assert [info["weight_update_session"] for info in left] == [None, None]  # and its sessions closed
     assert metrics["transfer/bytes"] == sum(t.numel() * t.element_size() for _, t in named)
     assert metrics["transfer/buckets"] == len(list(iter_buckets(named, BUCKET_BYTES))) > 1
     assert metrics["transfer/seconds"] > 0
@@ -79,7 +80,8 @@ def test_a_refused_bucket_fails_the_push_at_once_and_leaves_no_group(tiny_model_
         assert took < 30, f"the push took {took:.0f} s to fail: it waited on the group instead of the answers"
         for url in urls:
             client = EngineClient(url)
-            assert client.get_server_info()["weight_update_groups"] == []
+            info = client.get_server_info()
+            assert (info["weight_update_groups"], info["weight_update_session"]) == ([], None)
             assert client.get_weight_version() == "3"  # bucket 1 was applied, under the new version
         # The engines are fine and take the next push.
         push_weights(named, urls, 4, BUCKET_BYTES, "gloo", "127.0.0.1")

@@ -1,8 +1,8 @@
 """A stand-in SGLang engine over real HTTP, for the pool and the router: it answers /generate
-with one token stamped with the `version` it is told to serve, /health, /get_weight_version
-and /get_server_info. It can be told to answer /generate with another status, to hold its
-/generate answers until released, and be stopped (connection refused) and started again on
-the same port, as a restarted engine process would be.
+with one token stamped with the `version` it is told to serve, /health, /model_info (where
+SGLang 0.5.23 reports the weight version) and /get_server_info. It can be told to answer
+/generate with another status, to hold its /generate answers until released, and be stopped
+(connection refused) and started again on the same port, as a restarted engine process would be.
 """
 
 from __future__ import annotations
@@ -87,9 +87,9 @@ class EngineDouble:
         async def health():
             return {}
 
-        @app.get("/get_weight_version")
-        async def weight_version():
-            return {"weight_version": self.version}
+        @app.get("/model_info")
+        async def model_info():
+            return {"model_path": self.name, "weight_version": self.version}
 
         @app.get("/get_server_info")
         async def server_info():

@@ -20,14 +20,28 @@ from loongsage.transfer import push_weights
 from loongsage.transfer.layout import DTYPES
 from loongsage.transfer.process_group import WeightUpdateGroup
 
+SESSIONLESS = "update_weights_from_distributed must run between begin_weight_update() and end_weight_update()"
+
 
 class StandIn:
     """An engine of `tp_size` ranks (SGLang's shape: one HTTP server, a rank per GPU) that keeps
-    every tensor each rank receives. `server_info` replaces its /get_server_info answer;
-    `refuse_init` makes it answer /init_weights_update_group with a 400."""
+    every tensor each rank receives, and takes updates only inside a weight-update session, as
+    SGLang 0.5.23 does (`sessions=False`: an older SGLang, without the session endpoints).
+    `server_info` replaces its /get_server_info answer; `refuse_init` / `refuse_update` make it
+    answer /init_weights_update_group / /update_weights_from_distributed with a 400 (the
+    update's before receiving). `events` lists the calls it took, in order."""
 
-    def __init__(self, tp_size: int = 1, server_info: dict | None = None, refuse_init: bool = False):
+    def __init__(
+        self,
+        tp_size: int = 1,
+        server_info: dict | None = None,
+        refuse_init: bool = False,
+        refuse_update: bool = False,
+        sessions: bool = True,
+    ):
         self.tp_size = tp_size
+        self.events: list[str] = []
+        self.session_open = False
         self.inits: list[dict] = []
         self.received: list[list[tuple[str, torch.Tensor]]] = [[] for _ in range(tp_size)]
         self.versions: list[str] = []
@@ -44,6 +58,7 @@ class StandIn:
         def init(body: dict):
             if refuse_init:
                 return JSONResponse({"error": {"message": "no such backend here", "field": "backend"}}, status_code=400)
+            self.events.append("init")
             self.inits.append(body)
             ranks = [body["rank_offset"] + r for r in range(tp_size)]
             join = [body["backend"], body["master_address"], body["master_port"]]
@@ -54,6 +69,11 @@ class StandIn:
 
         @app.post("/update_weights_from_distributed")
         def update(body: dict):
+            self.events.append("update")
+            if sessions and not self.session_open:
+                return JSONResponse({"success": False, "message": SESSIONLESS}, status_code=400)
+            if refuse_update:
+                return JSONResponse({"success": False, "message": "no such parameter here"}, status_code=400)
             groups = self.groups[body["group_name"]]
             list(self.pool.map(lambda r: self._receive(r, groups[r], body), range(tp_size)))
             self.versions.append(body["weight_version"])
@@ -61,9 +81,26 @@ class StandIn:
 
         @app.post("/destroy_weights_update_group")
         def destroy(body: dict):
+            self.events.append("destroy")
             for group in self.groups.pop(body["group_name"]):
                 group.close()
             return {"success": True, "message": "destroyed"}
+
+        if sessions:
+
+            @app.post("/begin_weight_update")
+            def begin(body: dict):
+                self.events.append("begin")
+                if self.session_open:
+                    return JSONResponse({"success": False, "message": "a weight-update session is already open"}, 400)
+                self.session_open = True
+                return {"success": True, "message": "Success"}
+
+            @app.post("/end_weight_update")
+            def end(body: dict):
+                self.events.append("end")
+                self.session_open = False
+                return {"success": True, "message": "Success"}
 
         self.server = AppServer(app)
         self.url = self.server.start()
@@ -111,6 +148,9 @@ def test_ranks_follow_each_engines_tp_size_and_every_rank_receives_every_tensor(
     assert metrics["transfer/buckets"] == 2
     assert metrics["transfer/bytes"] == 48 + 14 + 24
     assert wide.groups == narrow.groups == {}  # destroyed on every engine
+    # One session per engine around it all, closed once the group is gone.
+    assert wide.events == narrow.events == ["begin", "init", "update", "update", "destroy", "end"]
+    assert not wide.session_open and not narrow.session_open
 
 
 def test_every_push_uses_a_fresh_group(stand_ins):
@@ -144,6 +184,23 @@ def test_an_engine_refusing_to_join_fails_the_push_at_once(stand_ins):
         push_weights(weights(), [engine.url], 1, 2**20, "gloo")
     assert caught.value.url == f"{engine.url}/init_weights_update_group"
     assert time.monotonic() - start < 10
+
+
+def test_a_refused_bucket_fails_the_push_at_once_and_still_closes_the_session(stand_ins):
+    engine = stand_ins(refuse_update=True)
+    start = time.monotonic()
+    with pytest.raises(EngineError, match="no such parameter here") as caught:
+        push_weights(weights(), [engine.url], 1, 2**20, "gloo")
+    assert caught.value.url == f"{engine.url}/update_weights_from_distributed"
+    assert time.monotonic() - start < 10, "the sender waited on the group instead of the answer"
+    assert engine.events == ["begin", "init", "update", "destroy", "end"] and not engine.session_open
+
+
+def test_an_engine_without_sessions_is_pushed_to_without_one(stand_ins):
+    older = stand_ins(sessions=False)
+    push_weights(weights(), [older.url], 2, 2**20, "gloo")
+    assert older.events == ["init", "update", "destroy"]
+    assert [name for name, _ in older.received[0]] == [name for name, _ in weights()]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
