@@ -14,7 +14,9 @@ scheduler blocked until its 30-minute group timeout):
   r = logp_hf - logp_engine below 1e-3 against HF in bf16 (the engine runs bf16);
 - teacher scoring (max_new_tokens 0, logprob_start_len 0): input_token_logprobs, first null;
 - control endpoints: health, health_generate, flush_cache, pause/continue, abort_request,
-  get_model_info / get_server_info (tp_size), and what /get_weight_version answers;
+  get_model_info / get_server_info (tp_size), the weight version from /model_info (and what
+  /get_weight_version answers); pause modes: abort answers a running request with its partial
+  output and finish_reason abort, in_place holds it until continue;
 - /update_weights_from_tensor with SGLang's own serialization (base64 of a ForkingPickler dump
   of [(name, cuda tensor)], one entry per TP rank), then load_format="flattened_bucket";
 - /release_memory_occupation and /resume_memory_occupation (--enable-memory-saver): device
@@ -25,8 +27,8 @@ scheduler blocked until its 30-minute group timeout):
   GPU: NCCL refuses two ranks of one communicator on the same device).
 
 SGLang 0.5.23 takes weight updates only inside a session (/begin_weight_update ...
-/end_weight_update); EngineClient has no call for them yet, so the session is opened here over
-plain HTTP (and skipped on a server without the endpoint).
+/end_weight_update): opened here by the senders' own loongsage.transfer.session.update_sessions,
+after a check that an update outside one is refused.
 
 Expected to fail until loongsage/transfer/process_group.py keys its store as SGLang does:
 WeightUpdateGroup prefixes its keys "loongsage/<group>/", SGLang's receivers (torch's
@@ -50,12 +52,14 @@ import sys
 import threading
 import time
 import uuid
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import torch
+
+from loongsage.inference.client import EngineError
+from loongsage.transfer.session import update_sessions
 
 
 def _sglang_importable() -> bool:
@@ -293,10 +297,8 @@ def test_teacher_scoring_prompt_logprobs(client, prompts, model_dir):
 
 
 # ---- control endpoints ----------------------------------------------------------------------
-def test_control_endpoints(client, server, baseline, prompts):
+def test_control_endpoints(client, server, baseline, prompts, model_dir):
     import httpx
-
-    from loongsage.inference.client import EngineError
 
     assert client.health() and client.health_generate()
     client.flush_cache()  # plain text on success, HTTP 400 while requests run
@@ -305,35 +307,55 @@ def test_control_endpoints(client, server, baseline, prompts):
     assert client.get_model_info()["weight_version"] == "0"
     answer = httpx.get(f"{server}/get_weight_version", timeout=30, trust_env=False)
     print(f"\nGET /get_weight_version -> {answer.status_code} {answer.text[:200]!r}")
-    try:
-        print(f"EngineClient.get_weight_version() -> {client.get_weight_version()!r}")
-    except EngineError as exc:
-        print(f"EngineClient.get_weight_version() fails: {exc}")
-    # {} is mode "abort" on SGLang >= 0.5.x: running requests end with finish_reason abort.
-    client.pause_generation()
+    assert client.get_weight_version() == "0"  # from /model_info
+    refused = httpx.post(f"{server}/pause_generation", json={"mode": "abort_all"}, timeout=30, trust_env=False)
+    assert refused.status_code in (400, 422), refused.text
+    client.pause_generation(mode="in_place")
     client.continue_generation()
     client.abort_request(abort_all=True)
     assert _greedy(client, prompts[0]) == baseline
+    with pytest.raises(EngineError) as integer:
+        client.update_weights_from_disk(str(model_dir), weight_version=0)
+    assert integer.value.status in (400, 422), "weight_version must be a string"
+
+
+LONG = {"temperature": 0.0, "max_new_tokens": 1500, "ignore_eos": True}
+
+
+def _running(client, prompt_ids: list[int]) -> Background:
+    """A long request, once the server reports it running."""
+    request = Background(client.generate, input_ids=prompt_ids, sampling_params=LONG)
+    time.sleep(1.0)  # admitted and decoding (1500 tokens take far longer)
+    return request
+
+
+def test_pause_abort_answers_the_running_request_with_its_partial_output(client, prompts, baseline):
+    request = _running(client, prompts[1])
+    try:
+        client.pause_generation(mode="abort")
+        out = request.result(60)  # answered before continue
+    finally:
+        client.continue_generation()
+    reason = out["meta_info"]["finish_reason"]
+    print(f"\npause abort -> finish_reason {reason}, {len(out['output_ids'])} tokens")
+    assert reason["type"] == "abort"
+    assert 0 < len(out["output_ids"]) < LONG["max_new_tokens"]
+    assert _greedy(client, prompts[0]) == baseline
+
+
+def test_pause_in_place_holds_the_running_request_until_continue(client, prompts):
+    request = _running(client, prompts[1])
+    client.pause_generation(mode="in_place")
+    try:
+        with pytest.raises(TimeoutError):
+            request.result(2)
+    finally:
+        client.continue_generation()
+    out = request.result(300)
+    assert out["meta_info"]["finish_reason"]["type"] == "length" and len(out["output_ids"]) == LONG["max_new_tokens"]
 
 
 # ---- weight updates -------------------------------------------------------------------------
-@contextmanager
-def weight_update_session(url: str):
-    """SGLang 0.5.23 refuses update_weights_from_{tensor,distributed} outside a session."""
-    import httpx
-
-    begun = httpx.post(f"{url}/begin_weight_update", json={}, timeout=60, trust_env=False)
-    if begun.status_code == 404:  # an SGLang without sessions
-        yield
-        return
-    assert begun.status_code == 200, begun.text
-    try:
-        yield
-    finally:
-        ended = httpx.post(f"{url}/end_weight_update", json={}, timeout=60, trust_env=False)
-        assert ended.status_code == 200, ended.text
-
-
 def sglang_serialized(obj) -> str:
     """SGLang's MultiprocessingSerializer.serialize(obj, output_str=True): a ForkingPickler dump
     (CUDA tensors travel as IPC handles), base64. The tensors must outlive the request."""
@@ -355,7 +377,10 @@ def _meta_version(client, prompts) -> str:
 def test_update_weights_from_tensor(client, server, prompts, baseline, model_dir):
     original = _original(model_dir, NORM).to("cuda", getattr(torch, ENGINE_DTYPE))
     flipped = -original
-    with weight_update_session(server):
+    with pytest.raises(EngineError, match="must run between begin_weight_update") as sessionless:
+        client.update_weights_from_tensor([sglang_serialized([(NORM, flipped)])], load_format=None, weight_version="t1")
+    assert sessionless.value.status == 400
+    with update_sessions([client]):
         answer = client.update_weights_from_tensor([sglang_serialized([(NORM, flipped)])], load_format=None, weight_version="t1")
     assert answer["success"], answer
     assert _greedy(client, prompts[0]) != baseline
@@ -365,7 +390,7 @@ def test_update_weights_from_tensor(client, server, prompts, baseline, model_dir
 
     bucket = FlattenedTensorBucket(named_tensors=[(NORM, original)])
     payload = {"flattened_tensor": bucket.get_flattened_tensor(), "metadata": bucket.get_metadata()}
-    with weight_update_session(server):
+    with update_sessions([client]):
         answer = client.update_weights_from_tensor(
             [sglang_serialized(payload)], load_format="flattened_bucket", weight_version="0"
         )
@@ -432,7 +457,7 @@ def _join(client, backend: str, make_sender):
 
 
 def _send_update(client, server, send, tensor: torch.Tensor, name: str, version: str) -> None:
-    with weight_update_session(server):
+    with update_sessions([client]):
         answer = Background(
             client.update_weights_from_distributed,
             names=[NORM],
