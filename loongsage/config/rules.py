@@ -23,7 +23,7 @@ CHOICES = {
     "trainer.backend": RegistryChoices("loongsage.training.backends:TRAIN_BACKENDS"),
     "trainer.strategy": ("ddp", "fsdp2"),
     "trainer.dtype": ("float32", "bfloat16"),
-    "trainer.weight_sync_transport": ("shm", "inline", "gloo", "nccl"),
+    "trainer.weight_sync_transport": ("shm", "inline", "cuda_ipc", "gloo", "nccl"),
     "algorithm.advantage": RegistryChoices("loongsage.algorithms.advantages:ADVANTAGE_ESTIMATORS"),
     "algorithm.policy_loss": RegistryChoices("loongsage.algorithms.losses:POLICY_LOSSES"),
     "algorithm.loss_aggregation": ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum"),

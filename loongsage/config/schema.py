@@ -92,9 +92,11 @@ class TrainerConfig:
     gradient_checkpointing: bool = False
     weight_sync_bucket_mb: int = 64
     # How weights reach the engines: shm (same machine) | inline (HTTP body) ride in
-    # /update_weights_from_tensor; gloo (CPU) | nccl (GPU) broadcast from trainer rank 0 to a
-    # weight-update group the engines join (/init_weights_update_group,
-    # /update_weights_from_distributed).
+    # /update_weights_from_tensor in payloads only the embedded engine reads; cuda_ipc (same
+    # machine) rides there in SGLang's own (CUDA IPC handles, CPU tensors in shared memory): for
+    # an SGLang engine colocated on the trainer's GPU, where nccl cannot reach it; gloo (CPU) |
+    # nccl (GPU) broadcast from trainer rank 0 to a weight-update group the engines join
+    # (/init_weights_update_group, /update_weights_from_distributed).
     weight_sync_transport: str = "shm"
     # Only read by trainer.backend=megatron; anything but the defaults with another backend is refused.
     megatron: MegatronConfig = field(default_factory=MegatronConfig)

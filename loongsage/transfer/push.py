@@ -9,6 +9,7 @@ from urllib.parse import urlparse
 import torch
 
 from loongsage.transfer.buckets import iter_buckets
+from loongsage.transfer.cuda_ipc import push_weights_cuda_ipc
 from loongsage.transfer.distributed import push_weights_distributed
 from loongsage.transfer.transports import PACKERS
 
@@ -22,7 +23,8 @@ def push_weights(
     sender_host: str = "127.0.0.1",
 ) -> dict[str, float]:
     """`sender_host`: the address of this process's machine, as engines on it are named (and, for
-    gloo | nccl, reach it). shm | inline ride in /update_weights_from_tensor; gloo | nccl
+    gloo | nccl, reach it). shm | inline ride in /update_weights_from_tensor, in payloads only
+    the embedded engine reads; cuda_ipc too, in SGLang's own (`cuda_ipc`); gloo | nccl
     broadcast to a weight-update group (`distributed`). Either way inside a weight-update
     session on every engine (`session`)."""
     from loongsage.inference.client import EngineClient
@@ -30,8 +32,11 @@ def push_weights(
 
     if transport in GROUP_TRANSPORTS:
         return push_weights_distributed(named_tensors, engine_urls, version, bucket_bytes, transport, sender_host)
+    if transport == "cuda_ipc":
+        check_reach(transport, engine_urls, sender_host)
+        return push_weights_cuda_ipc(named_tensors, engine_urls, version, bucket_bytes)
     if transport not in PACKERS:
-        known = sorted([*PACKERS, *GROUP_TRANSPORTS])
+        known = sorted([*PACKERS, *GROUP_TRANSPORTS, "cuda_ipc"])
         raise ValueError(f"transfer transport {transport!r} is unknown; expected one of {known}")
     check_reach(transport, engine_urls, sender_host)
     clients = [EngineClient(url) for url in engine_urls]
@@ -61,7 +66,7 @@ def push_weights(
 
 
 GROUP_TRANSPORTS = ("gloo", "nccl")  # the backend of the weight-update group
-SAME_HOST_TRANSPORTS = ("shm",)
+SAME_HOST_TRANSPORTS = ("shm", "cuda_ipc")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 

@@ -3,7 +3,8 @@
 Each transport has a sender half (`pack`: a context manager whose payload stays valid
 until every receiver has copied it) and a receiver half (`unpack`). The payload travels
 in the `serialized_named_tensors` field of SGLang's `/update_weights_from_tensor`, with
-the transport's name as `load_format`. TransferMesh adds CUDA IPC and NCCL routes later.
+the transport's name as `load_format`. These payloads only the embedded engine reads; `cuda_ipc`
+(ipc_bucket, cuda_ipc) sends SGLang's own.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import torch
 
 from loongsage.transfer.buckets import NamedTensors
 from loongsage.transfer.layout import read_flat, table_of_contents, write_flat
+from loongsage.transfer.sglang_payload import LOAD_FORMATS as SGLANG_LOAD_FORMATS
+from loongsage.transfer.sglang_payload import decode_named_tensors
 
 _CREATED_HERE: set[str] = set()
 
@@ -70,10 +73,15 @@ PACKERS: dict[str, Callable[[NamedTensors], AbstractContextManager[dict]]] = {"s
 UNPACKERS: dict[str, Callable[[dict], NamedTensors]] = {"shm": unpack_shm, "inline": unpack_inline}
 
 
-def unpack_named_tensors(load_format: str, payload: dict) -> NamedTensors:
-    """Receiver side: turn one `serialized_named_tensors` entry back into (name, tensor) pairs."""
+def unpack_named_tensors(load_format: str | None, payload: dict | str) -> NamedTensors:
+    """Receiver side: turn one `serialized_named_tensors` entry back into (name, tensor) pairs.
+    SGLang's own formats (null, "direct", "flattened_bucket": what `cuda_ipc` sends) are
+    pickles, decoded by `sglang_payload`; ours are JSON objects."""
+    if load_format in SGLANG_LOAD_FORMATS:
+        return decode_named_tensors(load_format, payload)
     if load_format not in UNPACKERS:
-        raise ValueError(f"load_format {load_format!r} is not supported; expected one of {sorted(UNPACKERS)}")
+        known = sorted(UNPACKERS) + [f for f in SGLANG_LOAD_FORMATS if f is not None] + ["null"]
+        raise ValueError(f"load_format {load_format!r} is not supported; expected one of {known}")
     if not isinstance(payload, dict) or "tensors" not in payload:
         raise ValueError("serialized_named_tensors entry must be an object with a 'tensors' table")
     return UNPACKERS[load_format](payload)

@@ -127,7 +127,8 @@ def build_app(engine: Engine) -> FastAPI:
             raise BadRequest(
                 "expected a list with one entry (this engine has one tensor-parallel rank)", "serialized_named_tensors"
             )
-        load_format = _field(body, "load_format", str, "shm")
+        # null (SGLang's default) and "direct": SGLang's pickled [(name, tensor)]; "shm"/"inline": ours.
+        load_format = _field(body, "load_format", str, None)
         _field(body, "flush_cache", bool, True)  # the prompt cache is always dropped on an update
         version = _version(body)
         try:
