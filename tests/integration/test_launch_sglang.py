@@ -99,3 +99,30 @@ def test_a_run_on_the_sglang_actor_survives_two_engine_deaths(tmp_path):
     assert logged["faults/engine_restarts"][4] == KILLS
     assert logged["faults/engine_failovers"][4] >= KILLS, "requests in flight at each death were sent again"
     assert (run_dir / "engines" / "engine-0.log").stat().st_size > 0, "the server's output goes to the run dir"
+
+
+def test_a_run_whose_engine_dies_past_its_restarts_stops_naming_it(tmp_path):
+    run_dir = tmp_path / "no_restarts"
+    killed: list[int] = []
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_servers_while_rolling_out, args=(run_dir, killed, stop), daemon=True)
+    killer.start()
+    try:
+        result = launch(
+            *TINY,
+            f"run.dir={run_dir}",
+            "rollout.engine=sglang",
+            EMBEDDED_COMMAND,
+            "rollout.sglang.max_restarts=0",
+            "run.mode=fully_async",
+            "pipeline.max_staleness=1",
+            "run.steps=6",
+            timeout=300,
+        )
+    finally:
+        stop.set()
+        killer.join(10)
+    assert killed, "the run ended before its engine was killed"
+    assert result.returncode != 0
+    assert "inference engine 0 (" in result.stderr and "rollout.sglang.max_restarts=0" in result.stderr, result.stderr[-3000:]
+    assert "engine-0.log" in result.stderr, "the message points at the engine's log"
