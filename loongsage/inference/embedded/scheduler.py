@@ -165,6 +165,9 @@ class Scheduler:
                 commands, self._commands = self._commands, deque()
             for fn, future in commands:
                 self._run_command(fn, future)
+            # Not kept while waiting for the next command: a weight update's closure holds its
+            # tensors, which may map the sender's shared memory (transport cuda_ipc).
+            commands = fn = future = None
             # Taken after the commands ran: a pause among them must stop admissions too.
             with self._cond:
                 admitted = self._take_waiting()
