@@ -18,7 +18,8 @@ scheduler blocked until its 30-minute group timeout):
   /get_weight_version answers); pause modes: abort answers a running request with its partial
   output and finish_reason abort, in_place holds it until continue;
 - /update_weights_from_tensor with SGLang's own serialization (base64 of a ForkingPickler dump
-  of [(name, cuda tensor)], one entry per TP rank), then load_format="flattened_bucket";
+  of [(name, cuda tensor)], one entry per TP rank), then load_format="flattened_bucket"; then
+  push_weights(transport="cuda_ipc") with CUDA and with CPU tensors;
 - /release_memory_occupation and /resume_memory_occupation (--enable-memory-saver): device
   memory freed and taken back, weights reloaded with /update_weights_from_disk;
 - /init_weights_update_group + /update_weights_from_distributed: first with a sender built by
@@ -397,6 +398,22 @@ def test_update_weights_from_tensor(client, server, prompts, baseline, model_dir
     assert answer["success"], answer
     assert _greedy(client, prompts[0]) == baseline
     del flipped, original, bucket, payload
+
+
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_push_weights_cuda_ipc(client, server, prompts, baseline, model_dir, device):
+    """trainer.weight_sync_transport=cuda_ipc: our sender (loongsage.transfer.ipc_bucket), SGLang's
+    receiver. cuda: IPC handles of this process's GPU memory, the device named by UUID; cpu: torch
+    file_system shared memory that SGLang's scheduler process maps."""
+    from loongsage.transfer import push_weights
+
+    original = _original(model_dir, NORM).to(device, getattr(torch, ENGINE_DTYPE))
+    stats = push_weights([(NORM, -original)], [server], version=11, bucket_bytes=1 << 20, transport="cuda_ipc")
+    assert stats["transfer/buckets"] == 1
+    assert _greedy(client, prompts[0]) != baseline
+    assert _meta_version(client, prompts) == "11"
+    push_weights([(NORM, original)], [server], version=0, bucket_bytes=1 << 20, transport="cuda_ipc")
+    assert _greedy(client, prompts[0]) == baseline
 
 
 def test_release_and_resume_memory(client, server, prompts, baseline, model_dir):
