@@ -80,3 +80,14 @@ def test_cuda_ipc_reaches_only_engines_on_this_machine():
         check_reach("cuda_ipc", ["http://127.0.0.1:3000", "http://10.0.0.2:3000"], "10.0.0.1")
     with pytest.raises(ValueError, match="cuda_ipc reaches only"):
         push_weights([("a", torch.ones(1))], ["http://10.0.0.2:3000"], 1, 1024, transport="cuda_ipc", sender_host="10.0.0.1")
+
+
+def test_the_config_offers_cuda_ipc():
+    from loongsage.config import Config, ConfigError, check
+
+    cfg = Config()
+    cfg.trainer.weight_sync_transport = "cuda_ipc"
+    check(cfg)
+    cfg.trainer.weight_sync_transport = "ipc"
+    with pytest.raises(ConfigError, match=r"trainer.weight_sync_transport='ipc' is not one of shm, inline, cuda_ipc, gloo"):
+        check(cfg)
