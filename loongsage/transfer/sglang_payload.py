@@ -45,12 +45,10 @@ _ALLOWED = {
 _HINTS = {
     (_REDUCTIONS, "rebuild_cuda_tensor"): "CUDA IPC tensors need a GPU and this engine runs on CPU: send CPU tensors",
     (_REDUCTIONS, "rebuild_storage_fd"): (
-        "CPU tensors shared by file descriptor reach only the sender's own children: "
-        "share them with torch's file_system strategy"
+        "CPU tensors shared by file descriptor reach only the sender's own children: share them with torch's file_system strategy"
     ),
     ("multiprocessing.resource_sharer", "DupFd"): (
-        "CPU tensors shared by file descriptor reach only the sender's own children: "
-        "share them with torch's file_system strategy"
+        "CPU tensors shared by file descriptor reach only the sender's own children: share them with torch's file_system strategy"
     ),
 }
 _METADATA = ("sglang.srt.weight_sync.tensor_bucket", "FlattenedTensorMetadata")

@@ -68,9 +68,7 @@ def greedy(client: EngineClient) -> tuple[list[int], list[float], str]:
     return out["output_ids"], logprobs, out["meta_info"]["weight_version"]
 
 
-def test_a_push_sets_exactly_the_pushed_weights_and_frees_its_shared_memory(
-    engine, engine_proc, new_weights, tiny_model_path
-):
+def test_a_push_sets_exactly_the_pushed_weights_and_frees_its_shared_memory(engine, engine_proc, new_weights, tiny_model_path):
     named, checkpoint = new_weights
     assert own_segments() == []
     before = greedy(engine)
