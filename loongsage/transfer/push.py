@@ -79,5 +79,5 @@ def check_reach(transport: str, engine_urls: list[str], sender_host: str) -> Non
         raise ValueError(
             f"trainer.weight_sync_transport={transport} reaches only engines on the trainer's machine "
             f"({sender_host}); {', '.join(far)} are on other machines: set "
-            f"trainer.weight_sync_transport=inline"
+            f"trainer.weight_sync_transport=nccl (GPU) or gloo (CPU), or inline (embedded engines only)"
         )

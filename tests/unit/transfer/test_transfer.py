@@ -73,6 +73,6 @@ def test_shared_memory_refuses_engines_on_other_machines_before_sending():
     with pytest.raises(
         ValueError,
         match=r"weight_sync_transport=shm .* http://10.0.0.2:3000 are on other machines: "
-        r"set trainer.weight_sync_transport=inline",
+        r"set trainer.weight_sync_transport=nccl \(GPU\) or gloo \(CPU\)",
     ):
         check_reach("shm", ["http://127.0.0.1:3000", "http://10.0.0.2:3000"], here)
