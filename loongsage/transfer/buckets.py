@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 import torch
 
@@ -28,3 +30,23 @@ def iter_buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes
         size += nbytes
     if bucket:
         yield bucket
+
+
+@dataclass
+class Tally:
+    """What one push moved, as every transport reports it."""
+
+    started: float = field(default_factory=time.perf_counter)
+    num_bytes: int = 0
+    num_buckets: int = 0
+
+    def add(self, tensors: Iterable[torch.Tensor]) -> None:
+        self.num_buckets += 1
+        self.num_bytes += sum(t.numel() * t.element_size() for t in tensors)
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            "transfer/bytes": float(self.num_bytes),
+            "transfer/buckets": float(self.num_buckets),
+            "transfer/seconds": time.perf_counter() - self.started,
+        }

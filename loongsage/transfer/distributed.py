@@ -25,14 +25,13 @@ import functools
 import itertools
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
-from loongsage.transfer.buckets import iter_buckets
+from loongsage.transfer.buckets import Tally, iter_buckets
 from loongsage.transfer.layout import DTYPES
 from loongsage.transfer.process_group import WeightUpdateGroup
 
@@ -53,13 +52,12 @@ def push_weights_distributed(
 
     device = _sending_device(backend)
     clients = [EngineClient(url) for url in engine_urls]
-    start = time.perf_counter()
-    ranks = [_tp_size(client) for client in clients]
+    tally = Tally()
+    ranks = [engine_tp_size(client) for client in clients]
     offsets = list(itertools.accumulate([1, *ranks[:-1]]))
     world_size = 1 + sum(ranks)
     group_name = f"loongsage-weights-{next(_pushes)}-v{version}-{uuid.uuid4().hex[:8]}"
     port = _free_port()
-    num_bytes = num_buckets = 0
     # Not `with`: after a failed join its exit would wait out the other engines' rendezvous.
     pool = ThreadPoolExecutor(max_workers=max(len(clients), 1), thread_name_prefix="weight-push")
     try:
@@ -94,8 +92,7 @@ def push_weights_distributed(
                     for tensor in tensors:
                         group.broadcast(tensor, src=0, check=check)
                     _wait_all(answers, clients)
-                    num_buckets += 1
-                    num_bytes += sum(t.numel() * t.element_size() for t in tensors)
+                    tally.add(tensors)
                 failed = False
             finally:
                 _destroy_everywhere(clients, group_name, group, raise_errors=not failed)
@@ -103,11 +100,7 @@ def push_weights_distributed(
         pool.shutdown(wait=False, cancel_futures=True)
         for client in clients:
             client.close()
-    return {
-        "transfer/bytes": float(num_bytes),
-        "transfer/buckets": float(num_buckets),
-        "transfer/seconds": time.perf_counter() - start,
-    }
+    return tally.metrics()
 
 
 def _sending_device(backend: str) -> torch.device:
@@ -130,7 +123,7 @@ def _sendable(name: str, tensor: torch.Tensor, device: torch.device) -> torch.Te
     return tensor.detach().to(device).contiguous()
 
 
-def _tp_size(client) -> int:
+def engine_tp_size(client) -> int:
     """The ranks an engine adds to the group: SGLang reports tp_size; our engine has one."""
     size = client.get_server_info().get("tp_size", 1)
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:

@@ -211,5 +211,5 @@ def test_nccl_without_cuda_says_which_setting_to_change():
 
 
 def test_an_unknown_transport_lists_every_known_one():
-    with pytest.raises(ValueError, match=r"'ucx' is unknown; expected one of \['gloo', 'inline', 'nccl', 'shm'\]"):
+    with pytest.raises(ValueError, match=r"'ucx' is unknown; expected one of \['cuda_ipc', 'gloo', 'inline', 'nccl', 'shm'\]"):
         push_weights(weights(), ["http://127.0.0.1:9"], 1, 2**20, "ucx")

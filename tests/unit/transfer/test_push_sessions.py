@@ -29,6 +29,10 @@ class StandIn:
         self.session_open = open_session
         app = FastAPI()
 
+        @app.get("/get_server_info")
+        def server_info():
+            return {"tp_size": 1}  # one entry per bucket
+
         @app.post("/update_weights_from_tensor")
         def update(body: dict):
             if sessions and not self.session_open:
