@@ -8,6 +8,7 @@ import collections
 import json
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -64,8 +65,8 @@ def _steps_logged(run_dir: Path) -> int:
     return len({json.loads(line)["step"] for line in lines if line.endswith("}")})
 
 
-def test_a_run_on_the_sglang_actor_survives_two_engine_deaths(tmp_path):
-    run_dir = tmp_path / "sglang"
+def _run_killing_the_server(run_dir: Path, *overrides: str, timeout: int) -> tuple[subprocess.CompletedProcess, list[int]]:
+    """A fully_async run on the SGLang actor whose server is SIGKILLed after step 1 and step 2."""
     killed: list[int] = []
     stop = threading.Event()
     killer = threading.Thread(target=_kill_servers_while_rolling_out, args=(run_dir, killed, stop), daemon=True)
@@ -78,13 +79,18 @@ def test_a_run_on_the_sglang_actor_survives_two_engine_deaths(tmp_path):
             EMBEDDED_COMMAND,
             "run.mode=fully_async",
             "pipeline.max_staleness=1",
-            "run.steps=4",
-            "logging.rollouts_per_step=16",
-            timeout=600,
+            *overrides,
+            timeout=timeout,
         )
     finally:
         stop.set()
         killer.join(10)
+    return result, killed
+
+
+def test_a_run_on_the_sglang_actor_survives_two_engine_deaths(tmp_path):
+    run_dir = tmp_path / "sglang"
+    result, killed = _run_killing_the_server(run_dir, "run.steps=4", "logging.rollouts_per_step=16", timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     assert len(killed) == KILLS, f"killed {len(killed)} server(s); the run ended first"
 
@@ -103,25 +109,7 @@ def test_a_run_on_the_sglang_actor_survives_two_engine_deaths(tmp_path):
 
 def test_a_run_whose_engine_dies_past_its_restarts_stops_naming_it(tmp_path):
     run_dir = tmp_path / "no_restarts"
-    killed: list[int] = []
-    stop = threading.Event()
-    killer = threading.Thread(target=_kill_servers_while_rolling_out, args=(run_dir, killed, stop), daemon=True)
-    killer.start()
-    try:
-        result = launch(
-            *TINY,
-            f"run.dir={run_dir}",
-            "rollout.engine=sglang",
-            EMBEDDED_COMMAND,
-            "rollout.sglang.max_restarts=0",
-            "run.mode=fully_async",
-            "pipeline.max_staleness=1",
-            "run.steps=6",
-            timeout=300,
-        )
-    finally:
-        stop.set()
-        killer.join(10)
+    result, killed = _run_killing_the_server(run_dir, "rollout.sglang.max_restarts=0", "run.steps=6", timeout=300)
     assert killed, "the run ended before its engine was killed"
     assert result.returncode != 0
     assert "inference engine 0 (" in result.stderr and "rollout.sglang.max_restarts=0" in result.stderr, result.stderr[-3000:]
