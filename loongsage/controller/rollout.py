@@ -172,7 +172,10 @@ class RolloutGroup:
 
     def shutdown(self) -> None:
         """Engines stop first, so requests in flight end; a rollout thread still waiting on one
-        then gets RequestLoopClosed rather than waiting forever."""
+        then gets RequestLoopClosed rather than waiting forever, and a router request
+        NoEngineAvailable rather than waiting for the engine to come back."""
+        if "roster" in self.__dict__:
+            self.roster.close()
         stopping = [actor.stop.remote() for actor in self.actors]
         for actor, stopped in zip(self.actors, stopping):
             try:

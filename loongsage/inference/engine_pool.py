@@ -61,7 +61,7 @@ class EnginePool:
             try:
                 response = await request(self.clients[index])
             except EngineError as exc:
-                if exc.status not in RETRIED_STATUSES:
+                if exc.status not in RETRIED_STATUSES or self.roster.closed:
                     raise
                 self._failed(index, key, f"{type(exc).__name__}: {exc}")
                 if time.monotonic() >= deadline:
@@ -103,6 +103,10 @@ class EnginePool:
 
     async def _usable_engine(self, key: Hashable | None, deadline: float) -> int:
         while True:
+            if self.roster.closed:
+                # The run is stopping its engines: waiting for one to come back would hold the
+                # shutdown for the whole request timeout.
+                raise NoEngineAvailable("the engines were stopped (the run is shutting down)")
             self._start_due_probes()
             if any(self.roster.usable(i) for i in range(len(self.clients))):
                 return self._pick(key)

@@ -36,6 +36,11 @@ class EngineRoster:
         self._probe_at: dict[int, float] = {}
         self._needs_weights: set[int] = set()
         self.failures = 0  # requests that failed over to another try, over the run
+        self.closed = False  # the engines are being stopped: nothing waits for them any more
+
+    def close(self) -> None:
+        """The engines are stopping for good: requests fail at once instead of waiting for them."""
+        self.closed = True
 
     def published(self) -> int:
         return self._published

@@ -19,7 +19,7 @@ def configured(key: str, value: str) -> Config:
 @pytest.mark.parametrize(
     ("key", "value", "known"),
     [
-        ("rollout.engine", "sglang", "embedded"),
+        ("rollout.engine", "vllm", "embedded, sglang"),
         ("trainer.backend", "deepspeed", "fsdp, megatron"),
         ("algorithm.advantage", "rloo", "grpo"),
         ("algorithm.policy_loss", "gspo", "ppo_clip"),

@@ -196,6 +196,18 @@ def test_with_no_engine_ever_usable_the_request_fails_after_the_timeout_naming_e
     assert all(f"{url} (down)" in message for url in urls)
 
 
+def test_a_request_waiting_for_an_engine_ends_once_the_roster_is_closed(engines):
+    """Shutdown stops the engines: a request must not wait out its timeout for them."""
+    for engine in engines:
+        engine.stop()
+    pool = EnginePool([e.url for e in engines], timeout=600.0)
+    threading.Timer(0.5, pool.roster.close).start()
+    started = time.monotonic()
+    with pytest.raises(NoEngineAvailable, match="the engines were stopped"):
+        run(pool, lambda: pool.call("k", send("k1")))
+    assert time.monotonic() - started < 30
+
+
 def test_an_engine_that_lacks_the_weights_is_named_so_when_nothing_is_usable(engines):
     e0, e1 = engines
     roster = EngineRoster([e.url for e in engines], published=3)
