@@ -1,0 +1,164 @@
+"""A route plan as data: who sends which share of the weights to whom, over which transport.
+
+The planner (`planner.plan_routes`) writes a Plan from the topology model; the mesh executes
+it on real transports and the simulator (`simulate`) replays it over modelled links; the run
+dir keeps it as JSON and the start of a run prints it. Nothing here knows how bytes move.
+
+Shares: every sender buckets the same named tensors in the same order with the same bucket
+size, so bucket k is the same set of tensors everywhere. A route with `shards=S, shard=s`
+carries the buckets whose index is s modulo S. A receiver is covered when, for some S, every
+shard 0..S-1 reaches it exactly once; this lets several sources each send a share (no single
+NIC carries everything) and several relays on a node each take a share over their own NIC.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+
+ROLES = ("source", "relay", "engine")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A holder or a receiver of the weights. `host`: the node as the topology model names it;
+    `gpu`: the physical GPU index on that host, None on a CPU-only process; `url`: an engine's
+    HTTP base URL (None for sources and relays, which the mesh reaches through Ray).
+    `gpus`: the physical GPU indices on that host it holds the weights on; empty on a CPU-only
+    process. An engine with tensor parallelism holds every one of its ranks' GPUs, and each of
+    them takes in the full tensors (SGLang slices them per rank on arrival)."""
+
+    name: str
+    role: str
+    host: str
+    gpus: tuple[int, ...] = ()
+    url: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"endpoint {self.name!r}: role {self.role!r} is not one of {ROLES}")
+
+
+@dataclass(frozen=True)
+class Route:
+    """One hop: `receiver` gets the buckets with index % shards == shard from `sender` over
+    `transport` (a registry name: cuda_ipc | nccl | shm | gloo | inline), crossing a link of
+    class `link` (a topology-model link class: same_device | nvlink | pcie | host_shm | rdma | tcp)."""
+
+    sender: str
+    receiver: str
+    transport: str
+    link: str
+    shard: int = 0
+    shards: int = 1
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.shard < self.shards:
+            raise ValueError(f"route {self.sender} -> {self.receiver}: shard {self.shard} is not in 0..{self.shards - 1}")
+
+    def carries(self, bucket_index: int) -> bool:
+        return bucket_index % self.shards == self.shard
+
+
+@dataclass
+class Plan:
+    endpoints: dict[str, Endpoint]
+    routes: list[Route]
+    notes: list[str] = field(default_factory=list)  # why the planner chose what it chose
+
+    def endpoint(self, name: str) -> Endpoint:
+        if name not in self.endpoints:
+            raise KeyError(f"the plan has no endpoint {name!r}")
+        return self.endpoints[name]
+
+    def by_role(self, role: str) -> list[Endpoint]:
+        return [e for e in self.endpoints.values() if e.role == role]
+
+    def routes_into(self, receiver: str) -> list[Route]:
+        return [r for r in self.routes if r.receiver == receiver]
+
+    def routes_from(self, sender: str) -> list[Route]:
+        return [r for r in self.routes if r.sender == sender]
+
+    def transports(self) -> Counter:
+        """Routes per transport, into engines and relays alike."""
+        return Counter(r.transport for r in self.routes)
+
+    def check(self) -> None:
+        """Every engine and relay is covered exactly once; only sources and relays send; nothing
+        waits on itself. Raises ValueError naming the first endpoint that breaks a rule."""
+        for route in self.routes:
+            for name in (route.sender, route.receiver):
+                self.endpoint(name)
+            if self.endpoints[route.sender].role == "engine":
+                raise ValueError(f"route {route.sender} -> {route.receiver}: an engine cannot send")
+            if self.endpoints[route.receiver].role == "source":
+                raise ValueError(f"route {route.sender} -> {route.receiver}: a source does not receive")
+        for endpoint in self.endpoints.values():
+            if endpoint.role != "source":
+                _check_covered(endpoint.name, self.routes_into(endpoint.name))
+        self._check_acyclic()
+
+    def _check_acyclic(self) -> None:
+        feeds = defaultdict(set)
+        for route in self.routes:
+            feeds[route.receiver].add(route.sender)
+        done: set[str] = set()
+
+        def visit(name: str, path: tuple[str, ...]) -> None:
+            if name in path:
+                raise ValueError(f"routes form a cycle: {' -> '.join((*path, name))}")
+            if name in done:
+                return
+            for sender in feeds[name]:
+                visit(sender, (*path, name))
+            done.add(name)
+
+        for name in self.endpoints:
+            visit(name, ())
+
+    def to_dict(self) -> dict:
+        return {
+            "endpoints": [asdict(e) for e in self.endpoints.values()],
+            "routes": [asdict(r) for r in self.routes],
+            "notes": list(self.notes),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Plan:
+        endpoints = [Endpoint(**{**e, "gpus": tuple(e.get("gpus", ()))}) for e in data["endpoints"]]
+        return cls({e.name: e for e in endpoints}, [Route(**r) for r in data["routes"]], list(data.get("notes", [])))
+
+    def render(self) -> str:
+        """One line per receiver, engines grouped under the relay that feeds them."""
+        lines = []
+        counts = ", ".join(f"{n} {t}" for t, n in sorted(self.transports().items()))
+        lines.append(
+            f"route plan: {len(self.by_role('source'))} source(s), {len(self.by_role('relay'))} relay(s), "
+            f"{len(self.by_role('engine'))} engine(s); routes: {counts or 'none'}"
+        )
+        for endpoint in self.endpoints.values():
+            if endpoint.role == "source":
+                continue
+            where = f"{endpoint.host}/" + (",".join(f"gpu{g}" for g in endpoint.gpus) or "cpu")
+            hops = "; ".join(
+                f"{r.sender} --{r.transport}[{r.link}]-->" + (f" share {r.shard}/{r.shards}" if r.shards > 1 else "")
+                for r in self.routes_into(endpoint.name)
+            )
+            lines.append(f"  {endpoint.role} {endpoint.name} @ {where}: {hops}")
+        lines.extend(f"  note: {note}" for note in self.notes)
+        return "\n".join(lines)
+
+
+def _check_covered(receiver: str, routes: list[Route]) -> None:
+    if not routes:
+        raise ValueError(f"{receiver} receives nothing: no route reaches it")
+    shards = {r.shards for r in routes}
+    if len(shards) != 1:
+        raise ValueError(f"{receiver} is reached by routes split {sorted(shards)} ways; one split per receiver")
+    (count,) = shards
+    seen = Counter(r.shard for r in routes)
+    missing = [s for s in range(count) if s not in seen]
+    twice = [s for s, n in seen.items() if n > 1]
+    if missing or twice:
+        raise ValueError(f"{receiver}: shares {missing} of {count} reach it never, shares {twice} more than once")
