@@ -22,8 +22,7 @@ ROLES = ("source", "relay", "engine")
 @dataclass(frozen=True)
 class Endpoint:
     """A holder or a receiver of the weights. `host`: the node as the topology model names it;
-    `gpu`: the physical GPU index on that host, None on a CPU-only process; `url`: an engine's
-    HTTP base URL (None for sources and relays, which the mesh reaches through Ray).
+    `url`: an engine's HTTP base URL (None for sources and relays, which the mesh reaches through Ray).
     `gpus`: the physical GPU indices on that host it holds the weights on; empty on a CPU-only
     process. An engine with tensor parallelism holds every one of its ranks' GPUs, and each of
     them takes in the full tensors (SGLang slices them per rank on arrival)."""
