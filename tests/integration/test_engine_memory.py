@@ -81,9 +81,11 @@ def test_resume_then_full_reload_gives_the_same_tokens_and_logprobs(client, tiny
     named = re.search(r"e\.g\. (\S+)\)", error.server_message).group(1)
     assert named in dict(checkpoint)
 
-    with update_sessions([client]), pack_inline([(named, dict(checkpoint)[named])]) as payload:  # one fewer missing
-        client.update_weights_from_tensor([payload], load_format="inline")
-    error = _refused(client, 503, rf"{n - 1} of {n} parameters not loaded")
+    with update_sessions([client]), pack_inline([(named, dict(checkpoint)[named])]) as payload:
+        client.update_weights_from_tensor([payload], load_format="inline")  # staged: not written yet
+        assert client.get_server_info()["weights_not_loaded"] == n
+        client.update_weights_from_tensor([payload], load_format="inline", weight_version="one")  # committed
+    error = _refused(client, 503, rf"{n - 1} of {n} parameters not loaded")  # one fewer missing
     assert named not in error.server_message
 
     client.update_weights_from_disk(tiny_model_path, weight_version="reloaded")

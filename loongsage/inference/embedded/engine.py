@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import threading
 from pathlib import Path
 
@@ -14,7 +15,10 @@ from loongsage.inference.embedded.memory import MemoryOccupation
 from loongsage.inference.embedded.protocol import Limits, build_response, parse_generate
 from loongsage.inference.embedded.request import Sequence
 from loongsage.inference.embedded.scheduler import Scheduler
+from loongsage.inference.embedded.staging import StagedWeights
 from loongsage.inference.embedded.weights import apply_named_tensors, load_model, read_safetensors
+
+log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
@@ -73,6 +77,7 @@ class Engine:
             seed=self.cfg.seed,
         )
         self.memory = MemoryOccupation(self.model, self.scheduler)
+        self.staged = StagedWeights(self.model)  # a weight-update session's buckets until they commit
         self.scheduler.start()
 
     def stop(self) -> None:
@@ -103,13 +108,11 @@ class Engine:
         self.scheduler.call(self.scheduler.prompts.clear)
 
     def update_weights(self, named_tensors, weight_version: str | None) -> None:
-        """Apply all-or-nothing between two decode steps. The prompt cache holds keys/values of
-        the old weights, so it is always dropped."""
+        """Apply at once, all-or-nothing, between two decode steps (updates outside a weight-update
+        session: from disk). The prompt cache holds keys/values of the old weights: dropped."""
 
         def apply():
             self.memory.check_writable()
-            # Every update (from tensors, disk or a broadcast) comes through here: the one place
-            # that tracks which parameters a resumed model has been given again.
             self.memory.mark_written(apply_named_tensors(self.model, named_tensors))
             self.scheduler.prompts.clear()
             if weight_version is not None:
@@ -117,13 +120,61 @@ class Engine:
 
         self.scheduler.call(apply)
 
+    def receive_weights(self, named_tensors, weight_version: str | None, owned: bool = False) -> tuple[int, int]:
+        """One bucket of a push inside a weight-update session (tensor and distributed updates):
+        staged, not applied (see `staging`); a bucket that carries `weight_version` then commits
+        every staged tensor and the version in one step. `owned`: the tensors were made for this
+        call alone, so staging may keep them instead of copying. Raises WeightError (nothing
+        staged) or scheduler.Unavailable while the weights are released. Returns (tensors staged
+        and waiting, tensors committed): one of them is 0."""
+        self.staged.stage(named_tensors, owned, check=self.memory.check_writable)
+        if weight_version is None:
+            return self.staged.count, 0
+        return 0, self.commit_weights(weight_version)
+
+    def commit_weights(self, weight_version: str) -> int:
+        """Every staged tensor into the model, the version with them, in one step between two
+        decode steps; the prompt cache goes (its keys/values are the old weights'). Returns how
+        many tensors were committed."""
+
+        def commit() -> int:
+            self.memory.check_writable()
+            # Every write of a resumed model's parameters passes here or through update_weights:
+            # the places that track which ones it has been given again.
+            written, count = self.staged.commit()
+            self.memory.mark_written(written)
+            self.scheduler.prompts.clear()
+            self.weight_version = weight_version
+            return count
+
+        return self.scheduler.call(commit)
+
+    def discard_staged(self, why: str) -> int:
+        """Drop what a session staged and never committed; the weights and version stay."""
+        dropped = self.staged.discard()
+        if dropped:
+            log.warning(
+                "%s: discarded %d staged weight tensor(s) that no update carrying weight_version committed; "
+                "weights and weight_version %r unchanged",
+                why,
+                dropped,
+                self.weight_version,
+            )
+        return dropped
+
     def update_weights_from_disk(self, model_path: str, weight_version: str | None) -> None:
         self.update_weights(read_safetensors(model_path), weight_version)
         self.model_path = str(model_path)
 
     def release_memory(self, tags: tuple[str, ...]) -> None:
         """memory.parse_tags gives `tags`. Raises protocol.BadRequest while requests are in flight."""
-        self.scheduler.call(lambda: self.memory.release(tags))
+
+        def release():
+            self.memory.release(tags)
+            if "weights" in tags:  # staged tensors would hold on to the memory given back
+                self.discard_staged("release_memory_occupation")
+
+        self.scheduler.call(release)
 
     def resume_memory(self, tags: tuple[str, ...]) -> None:
         self.scheduler.call(lambda: self.memory.resume(tags))
@@ -147,6 +198,7 @@ class Engine:
             "paused": scheduler.paused,
             "running": len(scheduler.running),
             "prompt_cache_entries": len(scheduler.prompts),
+            "staged_weight_tensors": self.staged.count,
             "kv_cache_capacity": scheduler.cache.capacity,
             **self.memory.info(),
             "stats": dataclasses.asdict(scheduler.stats),

@@ -14,6 +14,7 @@ from loongsage.inference.embedded.engine import Engine, GenerationFailed
 from loongsage.inference.embedded.memory import parse_tags
 from loongsage.inference.embedded.protocol import BadRequest
 from loongsage.inference.embedded.scheduler import Unavailable
+from loongsage.inference.embedded.staging import received_message
 from loongsage.inference.embedded.update_session import SessionRefused, UpdateSession
 from loongsage.inference.embedded.weight_group import GroupFailed, WeightGroups
 from loongsage.inference.embedded.weights import WeightError
@@ -116,6 +117,7 @@ def build_app(engine: Engine) -> FastAPI:
     async def get_server_info():
         # tp_size as SGLang reports it: a weight sender counts the ranks each engine adds to its group.
         info = {**engine.server_info(), "tp_size": 1, "weight_update_groups": groups.names()}
+        # staged_weight_tensors (in engine.server_info): what this session has staged and not committed.
         return {**info, "weight_update_session": session.selector}
 
     @app.post("/update_weights_from_tensor")
@@ -135,8 +137,10 @@ def build_app(engine: Engine) -> FastAPI:
             named = unpack_named_tensors(load_format, payloads[0])
         except (ValueError, KeyError, TypeError, FileNotFoundError) as exc:
             raise BadRequest(f"cannot unpack with load_format={load_format!r}: {exc}", "serialized_named_tensors") from None
-        await _apply(engine.update_weights, named, version)
-        return {"success": True, "message": f"updated {len(named)} tensors", "weight_version": engine.weight_version}
+        # Staged until the push's bucket that carries weight_version commits them (engine.receive_weights).
+        staged, committed = await _apply(engine.receive_weights, named, version, True)
+        message = received_message(len(named), staged, committed)
+        return {"success": True, "message": message, "weight_version": engine.weight_version}
 
     @app.post("/update_weights_from_disk")
     async def update_weights_from_disk(request: Request):
@@ -187,7 +191,10 @@ def build_app(engine: Engine) -> FastAPI:
 
     @app.post("/end_weight_update")
     async def end_weight_update(request: Request):
-        return session.end(await _json_body(request, allow_empty=True))
+        answer = session.end(await _json_body(request, allow_empty=True))
+        # A push whose versioned bucket never came (the sender failed or gave up): the old weights stay.
+        engine.discard_staged("end_weight_update")
+        return answer
 
     return app
 
@@ -199,9 +206,9 @@ async def _in_group(call, *args):
         return _server_error(str(exc))
 
 
-async def _apply(update, *args) -> None:
+async def _apply(update, *args):
     try:
-        await run_in_threadpool(update, *args)
+        return await run_in_threadpool(update, *args)
     except WeightError as exc:
         raise BadRequest(str(exc), exc.name) from None
 

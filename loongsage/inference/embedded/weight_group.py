@@ -2,7 +2,8 @@
 
 `/init_weights_update_group` joins a group as rank `rank_offset` (this engine has one
 tensor-parallel rank), `/update_weights_from_distributed` receives one bucket by broadcast from
-rank 0 and applies it all-or-nothing, `/destroy_weights_update_group` leaves.
+rank 0 and stages it all-or-nothing (committed with the push's bucket that carries
+`weight_version`, see `staging`), `/destroy_weights_update_group` leaves.
 
 A refused update consumes no broadcast: every field, and every name and shape against the
 model, is checked before the first byte is received. The group is then still in step with a
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from loongsage.inference.embedded.protocol import BadRequest
+from loongsage.inference.embedded.staging import received_message
 from loongsage.inference.embedded.weights import WeightError, check_shapes
 from loongsage.transfer.layout import DTYPES
 from loongsage.transfer.process_group import WeightUpdateGroup
@@ -98,11 +100,12 @@ class WeightGroups:
             if member.destroyed or member.group is None:
                 raise BadRequest(f"weight-update group {name!r} is gone or not joined yet", "group_name")
             received = self._receive(name, member, names, dtypes, shapes)
-        try:
-            self._engine.update_weights(received, weight_version)
+        try:  # staged until the push's bucket that carries weight_version commits (Engine.receive_weights)
+            staged, committed = self._engine.receive_weights(received, weight_version, owned=True)
         except WeightError as exc:  # checked above; the model changed in between
             raise BadRequest(str(exc), "shapes" if exc.kind == "shape" else "names") from None
-        return {"success": True, "message": f"updated {len(received)} tensors", "weight_version": self._engine.weight_version}
+        message = received_message(len(received), staged, committed)
+        return {"success": True, "message": message, "weight_version": self._engine.weight_version}
 
     def destroy(self, body) -> dict:
         name = _text(body, "group_name")
