@@ -3,7 +3,8 @@
 Layers, each in its own module: `llama` (forward pass, HF parameter names), `weights`
 (loading and all-or-nothing named updates), `kv_cache` (slot cache + prompt cache),
 `sampling`, `scheduler` (continuous batching thread), `protocol` (request validation and
-response format), `memory` (releasing and resuming memory for a colocated trainer), `engine`
+response format), `memory` (releasing and resuming memory for a colocated trainer), `staging`
+(a weight-update session's buckets, committed together with the version), `engine`
 (ties them together), `weight_group` (the weight-update groups of SGLang's distributed update),
 `server` (FastAPI/uvicorn), `actor` (Ray, in-process), `cli`
 (`python -m loongsage.inference.embedded`, the engine as a process of its own).
@@ -34,7 +35,16 @@ Behaviour callers rely on:
   recomputed after continue) is in_place here: its callers too get their whole answer after
   `/continue_generation`. In every mode no step runs and new /generate calls wait until
   `/continue_generation`; another mode is a 400 naming `mode`.
-- Weight updates apply between two decode steps and always drop the prompt cache: an update's
+- The weight version switches atomically. Inside a weight-update session, tensor and
+  distributed updates are staged (`staging`), not applied: the update that carries a
+  `weight_version` (a push's last bucket) commits every staged tensor, its own and the version in
+  one step between two decode steps. Until then every request is answered by the old weights
+  under the old version. `/end_weight_update` with tensors still staged (the sender failed or gave
+  up) discards them, keeps the old weights and version, and logs a warning with the count;
+  releasing the weights discards them too. The versioned bucket commits what is staged when it
+  arrives, so a sender posts it after the other buckets' answers. `/update_weights_from_disk`
+  applies at once (no session). /server_info reports `staged_weight_tensors`.
+- A commit (or a disk update) always drops the prompt cache, staging never: an update's
   `flush_cache` is accepted and ignored, and never fails (SGLang's answers 400, the weights
   updated, when requests run or wait, e.g. held by an in_place pause). `weight_version` is a
   string or null (anything else a 400 naming it, where SGLang answers 422) and starts as
@@ -47,15 +57,16 @@ Behaviour callers rely on:
   (null: all of "weights", "kv_cache", "cuda_graph"; the last is a no-op on CPU); both are
   idempotent. Releasing needs an idle engine (400 naming how many requests are in flight, paused
   or queued ones included). Released weights give their memory back to the OS; resumed ones hold
-  zeros, and until weight updates have written every parameter again /generate answers 503
-  naming how many are missing. While weights or the KV cache are released /generate answers
+  zeros, and until weight updates have written every parameter again (staged ones count once
+  committed) /generate answers 503 naming how many are missing. While weights or the KV cache are released /generate answers
   503, and a weight update while weights are released too. /get_server_info reports
   `memory_released` and `weights_not_loaded`.
 - `/init_weights_update_group` joins a gloo group (nccl is refused: no GPU) as rank
   `rank_offset`, answering once the group has formed; `/update_weights_from_distributed`
   checks names, dtypes and shapes against the model before receiving anything, so a refused
   request leaves the group in step; a broken group (the sender left mid-bucket) is destroyed,
-  the model untouched (500). /get_server_info reports `tp_size` (1) and `weight_update_groups`.
+  the model untouched (500), what earlier buckets staged left for `/end_weight_update` to
+  discard. /get_server_info reports `tp_size` (1) and `weight_update_groups`.
 - Every invalid request is HTTP 400 with `{"error": {"message", "field"}}` (session refusals
   excepted, see above); a request the engine cannot take in its current memory state is 503
   with `{"error": {"message"}}`.
