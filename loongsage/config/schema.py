@@ -90,14 +90,16 @@ class TrainerConfig:
     dtype: str = "float32"
     num_threads: int = 2
     gradient_checkpointing: bool = False
-    weight_sync_bucket_mb: int = 64
-    # How weights reach the engines: shm (same machine) | inline (HTTP body) ride in
-    # /update_weights_from_tensor in payloads only the embedded engine reads; cuda_ipc (same
-    # machine) rides there in SGLang's own (CUDA IPC handles, CPU tensors in shared memory): for
-    # an SGLang engine colocated on the trainer's GPU, where nccl cannot reach it; gloo (CPU) |
-    # nccl (GPU) broadcast from trainer rank 0 to a weight-update group the engines join
-    # (/init_weights_update_group, /update_weights_from_distributed).
-    weight_sync_transport: str = "shm"
+    # Bucket size of a weight push; null: the transport's own default (loongsage.transfer.channel).
+    weight_sync_bucket_mb: int | None = None
+    # How weights reach the engines. mesh: TransferMesh plans a route per engine from the probed
+    # topology (the fastest transport that reaches it, node relays) and prints the plan at start.
+    # A transport name sends every engine the weights over that one transport: shm (same machine)
+    # | inline (HTTP body), in /update_weights_from_tensor payloads only our engines read;
+    # cuda_ipc (same machine), there in SGLang's own (CUDA IPC handles, CPU tensors in shared
+    # memory); gloo (CPU) | nccl (GPU) broadcast from trainer rank 0 to a weight-update group
+    # the engines join (/init_weights_update_group, /update_weights_from_distributed).
+    weight_sync: str = "mesh"
     # Only read by trainer.backend=megatron; anything but the defaults with another backend is refused.
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
 

@@ -85,6 +85,7 @@ class Controller:
         self._saved_step = -1
         self._warm_started = False
         self._next_engine_check = 0.0
+        self._transfer_metrics: dict[str, float] = {}  # the last weight push's
         self._resume_if_possible()
 
     def run(self, stop: Callable[[], bool] = lambda: False, abandon: Callable[[], bool] = lambda: False) -> bool:
@@ -199,6 +200,7 @@ class Controller:
         synced = time.perf_counter()
         metrics.update(rollout_metrics(samples))
         metrics.update(pipeline_metrics)
+        metrics.update(self._transfer_metrics)
         metrics.update(
             {
                 # Waiting for the batch: only what rollout did not hide (all of it in run.mode=sync).
@@ -254,7 +256,7 @@ class Controller:
 
         def push() -> None:
             with self.rollout.memory_resumed_for_push():
-                self.rollout.push_weights(lambda urls: self.trainer.push_weights(urls, version), version)
+                self._transfer_metrics = self.rollout.push_weights(lambda urls: self.trainer.push_weights(urls, version), version)
 
         if self.pipeline is not None:
             self.pipeline.update_weights(push)

@@ -124,33 +124,42 @@ class RolloutGroup:
             finally:
                 self._each_answering(lambda client: client.continue_generation())
 
-    def push_weights(self, push: Callable[[list[str]], object], version: int) -> None:
-        """`push(urls)` loads the trainer's weights, `version`, into the engines that answer; the
-        ones that do not (restarting) are pushed to by `resync` once they are back. One retry
-        when an engine dies during the push: the others must not keep the old weights."""
+    def push_weights(self, push: Callable[[list[str]], dict], version: int) -> dict[str, float]:
+        """`push(urls)` loads the trainer's weights, `version`, into the engines that answer and
+        reports which hold it (`TrainGroup.push_weights`); the ones that do not (restarting, or
+        failed twice) are out of rotation and pushed to by `resync` once they answer. One more
+        push when an engine dies during this one: the others must not keep the old weights.
+        Returns the transfer metrics."""
         urls = self.roster.answering()
         try:
-            push(urls)
+            report = push(urls)
         except Exception:
             self._mark_unreachable(urls)
             still = self.roster.answering()
             if still == urls:
                 raise
             log.warning("an engine died during the weight push of version %d; pushing again to %s", version, still)
-            push(still)
-            urls = still
-        self.roster.publish(version, urls)
+            report = push(still)
+        self._publish(version, report)
+        return report["metrics"]
 
-    def resync(self, push: Callable[[list[str]], object]) -> list[str]:
+    def resync(self, push: Callable[[list[str]], dict]) -> list[str]:
         """Give engines that came back without the published weights (a restarted process serves
         the base model) those weights; the trainer must hold exactly the published version.
         Returns the engines pushed to."""
         urls = self.roster.needing_weights()
         if urls:
             log.info("pushing weights of version %d to restarted engine(s) %s", self.roster.published(), ", ".join(urls))
-            push(urls)
-            self.roster.publish(self.roster.published(), urls)
+            self._publish(self.roster.published(), push(urls))
         return urls
+
+    def _publish(self, version: int, report: dict) -> None:
+        """Only engines that hold `version` serve it; a push that reached none stops the run."""
+        for url, why in report["failed"].items():
+            log.error("engine %s did not get weight version %d (%s): out of rotation until a later push reaches it", url, version, why)
+        if not report["updated"]:
+            raise RuntimeError(f"the weight push of version {version} reached no engine: {report['failed']}")
+        self.roster.publish(version, report["updated"])
 
     def release_memory(self) -> None:
         """Colocated engines free their weights and KV cache while the trainer steps on the same

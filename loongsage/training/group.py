@@ -83,7 +83,11 @@ class TrainGroup:
     def load_checkpoint(self, path: str | Path) -> None:
         self.step = self._call_all("load_checkpoint", str(Path(path).resolve()))[0]
 
+    def set_weight_plan(self, plan: dict | None) -> None:
+        self._call_all("set_weight_plan", plan)
+
     def push_weights(self, engine_urls: list[str], version: int) -> dict:
+        """Rank 0's report: {"metrics", "updated": engines holding `version`, "failed": {url: why}}."""
         return self._call_all("push_weights", list(engine_urls), version)[0]
 
     def shutdown(self) -> None:

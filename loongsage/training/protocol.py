@@ -40,8 +40,11 @@ class TrainBackend(Protocol):
     def load_checkpoint(self, path: str) -> int:
         """Restore from `path`; return the trainer step it was saved at."""
 
+    def set_weight_plan(self, plan: dict | None) -> None:
+        """The route plan later pushes follow (TrainRank keeps it)."""
+
     def push_weights(self, engine_urls: list[str], version: int) -> dict | None:
-        """Send full weights to the engines (rank 0 returns the transfer report)."""
+        """Send full weights to the engines; rank 0 returns the report of `send_to_engines`."""
 
     def close(self) -> None:
         """Leave the process group."""

@@ -11,9 +11,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from loongsage import transfer
 from loongsage.cluster.cpu_placement import pin_this_process
 from loongsage.cluster.hosts import this_host
+from loongsage.transfer.mesh import SOURCE, execute_plan, local_plan
+from loongsage.transfer.routes import Plan
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # Long enough for a slow rank to finish a checkpoint; a dead rank is caught by the group.
@@ -80,15 +81,20 @@ class TrainRank:
         self.seed, self.rank = seed, rank
         self.dtype = DTYPES[trainer.dtype]
         self.step = 0
+        self.weight_plan: Plan | None = None
         seed_everything(seed + rank)
 
     def rendezvous_address(self) -> tuple[str, int]:
         """This host's address and a free port for the process group's TCP store (asked of rank 0)."""
         return rendezvous_address()
 
+    def set_weight_plan(self, plan: dict | None) -> None:
+        """The route plan (`transfer.routes.Plan.to_dict()`) every later push follows; None: a plan
+        for this machine is made at each push (`mesh.local_plan`)."""
+        self.weight_plan = Plan.from_dict(plan) if plan is not None else None
+
     def send_to_engines(self, named, engine_urls: list[str], version: int) -> dict:
-        """Rank 0's part of a weight sync: HF-named tensors, bucketed, to every engine."""
-        bucket_bytes = self.trainer.weight_sync_bucket_mb * 1024 * 1024
-        return transfer.push_weights(
-            named, engine_urls, version, bucket_bytes, self.trainer.weight_sync_transport, sender_host=this_host()
-        )
+        """Rank 0's part of a weight sync: HF-named tensors, bucketed, to every engine along its
+        route. Returns {"metrics", "updated" (engines holding `version`), "failed" (url: why)}."""
+        plan = self.weight_plan or local_plan(engine_urls, self.trainer.weight_sync, this_host())
+        return execute_plan(plan, SOURCE, named, engine_urls, version, this_host(), self.trainer.weight_sync_bucket_mb)

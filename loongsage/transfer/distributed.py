@@ -26,81 +26,92 @@ import itertools
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
-from loongsage.transfer.buckets import Tally, iter_buckets
+from loongsage.transfer.buckets import NamedTensors
+from loongsage.transfer.channel import Transport, engine_tp_size, register_transport
 from loongsage.transfer.layout import DTYPES
 from loongsage.transfer.process_group import WeightUpdateGroup
 
 _pushes = itertools.count()
 
 
-def push_weights_distributed(
-    named_tensors: Iterable[tuple[str, torch.Tensor]],
-    engine_urls: list[str],
-    version: int,
-    bucket_bytes: int,
-    backend: str,
-    sender_host: str,
-) -> dict[str, float]:
-    """`sender_host`: this machine's address as the engines reach it (they connect to it)."""
-    from loongsage.inference.client import EngineClient
-    from loongsage.transfer.session import update_sessions
+class GroupChannel:
+    """The trainer's rank 0 of a fresh weight-update group the receivers join (see the module
+    docstring). A failure breaks the collective for everyone: every receiver still in the group
+    is then failed with it, and nothing more is sent."""
 
-    device = _sending_device(backend)
-    clients = [EngineClient(url) for url in engine_urls]
-    tally = Tally()
-    ranks = [engine_tp_size(client) for client in clients]
-    offsets = list(itertools.accumulate([1, *ranks[:-1]]))
-    world_size = 1 + sum(ranks)
-    group_name = f"loongsage-weights-{next(_pushes)}-v{version}-{uuid.uuid4().hex[:8]}"
-    port = _free_port()
-    # Not `with`: after a failed join its exit would wait out the other engines' rendezvous.
-    pool = ThreadPoolExecutor(max_workers=max(len(clients), 1), thread_name_prefix="weight-push")
-    try:
-        # Closed after the group is gone: SGLang handles session calls on the scheduler, which
-        # a receive left pending by a refused bucket blocks until the group is destroyed.
-        with update_sessions(clients):
+    def __init__(self, backend: str, clients: Sequence, sender_host: str):
+        """`sender_host`: this machine's address as the receivers reach it (they connect to it)."""
+        self.device = _sending_device(backend)
+        self.clients = list(clients)
+        self.failed: dict[str, BaseException] = {}
+        self.group_name = f"loongsage-weights-{next(_pushes)}-{uuid.uuid4().hex[:8]}"
+        ranks = [engine_tp_size(client) for client in self.clients]
+        offsets = list(itertools.accumulate([1, *ranks[:-1]]))
+        world_size = 1 + sum(ranks)
+        port = _free_port()
+        # Not `with`: after a failed join its exit would wait out the other engines' rendezvous.
+        self._pool = ThreadPoolExecutor(max_workers=max(len(self.clients), 1), thread_name_prefix="weight-push")
+        self.group: WeightUpdateGroup | None = None
+        try:
             joins = [
-                pool.submit(client.init_weights_update_group, sender_host, port, offset, world_size, group_name, backend)
-                for client, offset in zip(clients, offsets)
+                self._pool.submit(
+                    client.init_weights_update_group, sender_host, port, offset, world_size, self.group_name, backend
+                )
+                for client, offset in zip(self.clients, offsets)
             ]
-            group = _join_watching(
-                joins, clients, lambda: WeightUpdateGroup(backend, sender_host, port, 0, world_size, group_name)
+            self.group = _join_watching(
+                joins, self.clients, lambda: WeightUpdateGroup(backend, sender_host, port, 0, world_size, self.group_name)
             )
-            failed = True
-            try:
-                _wait_all(joins, clients)
-                for bucket in iter_buckets(named_tensors, bucket_bytes):
-                    tensors = [_sendable(name, tensor, device) for name, tensor in bucket]
-                    answers = [
-                        pool.submit(
-                            client.update_weights_from_distributed,
-                            names=[name for name, _ in bucket],
-                            dtypes=[str(t.dtype).removeprefix("torch.") for t in tensors],
-                            shapes=[list(t.shape) for t in tensors],
-                            group_name=group_name,
-                            flush_cache=True,
-                            weight_version=str(version),
-                        )
-                        for client in clients
-                    ]
-                    check = functools.partial(_raise_first_failure, answers, clients)
-                    for tensor in tensors:
-                        group.broadcast(tensor, src=0, check=check)
-                    _wait_all(answers, clients)
-                    tally.add(tensors)
-                failed = False
-            finally:
-                _destroy_everywhere(clients, group_name, group, raise_errors=not failed)
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-        for client in clients:
-            client.close()
-    return tally.metrics()
+            _wait_all(joins, self.clients)
+        except BaseException as exc:
+            self._fail_all(exc)
+
+    def pack(self, bucket: NamedTensors) -> tuple[list[str], list[torch.Tensor]]:
+        return [name for name, _ in bucket], [_sendable(name, tensor, self.device) for name, tensor in bucket]
+
+    def deliver(self, packed, weight_version: str | None) -> None:
+        if self.failed:
+            return  # the group is broken: nobody is listening any more
+        names, tensors = packed
+        answers = [
+            self._pool.submit(
+                client.update_weights_from_distributed,
+                names=names,
+                dtypes=[str(t.dtype).removeprefix("torch.") for t in tensors],
+                shapes=[list(t.shape) for t in tensors],
+                group_name=self.group_name,
+                flush_cache=True,
+                weight_version=weight_version,
+            )
+            for client in self.clients
+        ]
+        try:
+            check = functools.partial(_raise_first_failure, answers, self.clients)
+            for tensor in tensors:
+                self.group.broadcast(tensor, src=0, check=check)
+            _wait_all(answers, self.clients)
+        except BaseException as exc:
+            self._fail_all(exc)
+
+    def release(self, packed) -> None:
+        pass  # the tensors go with the last reference to them
+
+    def close(self) -> None:
+        try:
+            if self.group is not None:
+                for url, exc in _destroy_everywhere(self.clients, self.group_name, self.group).items():
+                    self.failed.setdefault(url, exc)
+        finally:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        for client in self.clients:
+            self.failed.setdefault(client.base_url, exc)
 
 
 def _sending_device(backend: str) -> torch.device:
@@ -110,8 +121,8 @@ def _sending_device(backend: str) -> torch.device:
         raise ValueError(f"weight-update group backend {backend!r} is not one of gloo, nccl")
     if not torch.cuda.is_available():
         raise RuntimeError(
-            "trainer.weight_sync_transport=nccl needs CUDA on the trainer, and this process sees no GPU: "
-            "set trainer.weight_sync_transport=gloo (or shm / inline)"
+            "trainer.weight_sync=nccl needs CUDA on the trainer, and this process sees no GPU: "
+            "set trainer.weight_sync=mesh (it chooses a transport this machine has), or gloo"
         )
     return torch.device("cuda", torch.cuda.current_device())
 
@@ -121,14 +132,6 @@ def _sendable(name: str, tensor: torch.Tensor, device: torch.device) -> torch.Te
     if str(tensor.dtype).removeprefix("torch.") not in DTYPES:
         raise TypeError(f"cannot transfer {name}: dtype {tensor.dtype} is not supported")
     return tensor.detach().to(device).contiguous()
-
-
-def engine_tp_size(client) -> int:
-    """The ranks an engine adds to the group: SGLang reports tp_size; our engine has one."""
-    size = client.get_server_info().get("tp_size", 1)
-    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
-        raise ValueError(f"{client.base_url}/get_server_info: tp_size={size!r} is not a positive integer")
-    return size
 
 
 def _free_port() -> int:
@@ -183,15 +186,20 @@ def _with_url(exc: BaseException, client) -> BaseException:
     return wrapped
 
 
-def _destroy_everywhere(clients, group_name: str, group: WeightUpdateGroup, raise_errors: bool) -> None:
+def _destroy_everywhere(clients, group_name: str, group: WeightUpdateGroup) -> dict[str, BaseException]:
     """Every engine leaves before the sender does: after a refusal the sender's broadcast is
     pending until the refusing engine has left, and `close` waits for it. Threads of their own:
-    the push's threads may all be busy receiving until the sender has left."""
+    the push's threads may all be busy receiving until the sender has left. Returns the engines
+    that failed to leave, by URL."""
     with ThreadPoolExecutor(max_workers=max(len(clients), 1), thread_name_prefix="weight-leave") as pool:
         leaves = [pool.submit(client.destroy_weights_update_group, group_name) for client in clients]
         # A busy engine answers at once and leaves when its receive ends, i.e. once we have closed.
-        errors = [(future.exception(), client) for future, client in zip(leaves, clients)]
+        errors = {client.base_url: future.exception() for future, client in zip(leaves, clients)}
     group.close()
-    first = next(((exc, client) for exc, client in errors if exc is not None), None)
-    if first is not None and raise_errors:
-        raise _with_url(*first)
+    return {url: _with_url(exc, client) for (url, exc), client in zip(errors.items(), clients) if exc is not None}
+
+
+register_transport(Transport("gloo", lambda clients, host: GroupChannel("gloo", clients, host), False, bucket_mb=64))
+register_transport(
+    Transport("nccl", lambda clients, host: GroupChannel("nccl", clients, host), False, bucket_mb=512, needs_gpu=True)
+)

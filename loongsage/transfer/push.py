@@ -1,94 +1,204 @@
-"""Weight sync: every bucket to every engine, tagged with the new weight version, inside a
-weight-update session on each engine (`session`).
+"""Weight sync over one transport: every bucket to every receiver, pipelined, inside a
+weight-update session on each receiver (`session`), the new version on the last bucket only.
 
-gloo | nccl broadcast to a weight-update group (`distributed`). The others ride in
-/update_weights_from_tensor, one `serialized_named_tensors` entry per tensor-parallel rank of
-the engine: shm | inline in payloads only the embedded engine reads (`transports`); cuda_ipc in
-SGLang's own (`ipc_bucket`: CUDA IPC handles on GPU, shared memory on CPU), what a colocated
-SGLang engine takes from a trainer on its own GPU, where NCCL cannot put both in one
-communicator (docs/sglang_protocol.md, difference 14).
+Pipelining: bucket k+1 is packed (gathered, copied into its shared segment, moved to the
+sending device) on the caller's thread while bucket k is on the wire and being loaded on the
+sender thread, so a push costs about max(pack, deliver) per bucket instead of their sum.
+
+Versions: only the last bucket carries `weight_version`. A receiver that fails part way thus
+never claims the new version; our engines stage a session's buckets and commit them with the
+version-carrying one, so they also keep their old weights (SGLang loads in place: it keeps the
+old version label, the router sees it lag, and it is out of rotation until it has the weights).
+A receiver that failed is retried once on its own, then reported: the push returns the URLs of
+the receivers that hold the new version, and the caller publishes only those.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 import torch
 
+from loongsage.transfer import distributed  # noqa: F401  (registers gloo, nccl)
 from loongsage.transfer.buckets import NamedTensors, Tally, iter_buckets
-from loongsage.transfer.distributed import engine_tp_size, push_weights_distributed
-from loongsage.transfer.ipc_bucket import shared_bucket
-from loongsage.transfer.transports import PACKERS
+from loongsage.transfer.channel import Channel, get_transport
+
+log = logging.getLogger(__name__)
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass
+class PushResult:
+    tally: Tally
+    updated: list[str]  # receivers that hold the new version
+    failed: dict[str, BaseException] = field(default_factory=dict)  # receiver URL -> why, after its retry
+    retried: int = 0
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            **self.tally.metrics(),
+            "transfer/retries": float(self.retried),
+            "transfer/failed_receivers": float(len(self.failed)),
+        }
+
+
+class PushFailed(RuntimeError):
+    """`errors`: receiver URL -> the error of its last attempt."""
+
+    def __init__(self, errors: dict[str, BaseException]):
+        self.errors = errors
+        super().__init__("weight push failed for " + "; ".join(f"{url}: {why(exc)}" for url, exc in errors.items()))
 
 
 def push_weights(
     named_tensors: Iterable[tuple[str, torch.Tensor]],
     engine_urls: list[str],
     version: int,
-    bucket_bytes: int,
+    bucket_bytes: int | None = None,
     transport: str = "shm",
     sender_host: str = "127.0.0.1",
+    pipelined: bool = True,
 ) -> dict[str, float]:
-    """`sender_host`: the address of this process's machine, as engines on it are named (and, for
-    gloo | nccl, reach it)."""
+    """Every engine gets the whole model over one transport; raises PushFailed naming each engine
+    that did not get it (after its retry). `bucket_bytes` None: the transport's default.
+    `sender_host`: this machine's address as engines on it are named (and, for gloo | nccl,
+    reach it)."""
+    named = list(named_tensors)
+    result = push_buckets(
+        lambda: _buckets(named, bucket_bytes, transport), engine_urls, version, transport, sender_host, pipelined
+    )
+    if result.failed:
+        raise PushFailed(result.failed)
+    return result.metrics()
+
+
+def _buckets(named: NamedTensors, bucket_bytes: int | None, transport_name: str) -> Iterator[NamedTensors]:
+    size = bucket_bytes if bucket_bytes is not None else get_transport(transport_name).bucket_mb * 1024 * 1024
+    return iter_buckets(named, size)
+
+
+def push_buckets(
+    make_buckets,
+    receiver_urls: Sequence[str],
+    version: int,
+    transport_name: str,
+    sender_host: str = "127.0.0.1",
+    pipelined: bool = True,
+) -> PushResult:
+    """`make_buckets()` -> the buckets, afresh for each attempt (a retry sends them again)."""
+    check_reach(transport_name, receiver_urls, sender_host)
+    check_device(transport_name)
+    tally = Tally()
+    failed = _push_once(make_buckets(), list(receiver_urls), version, transport_name, sender_host, pipelined, tally)
+    retried = len(failed)
+    still: dict[str, BaseException] = {}
+    for url, error in failed.items():
+        log.warning("weight push of version %d to %s failed (%s); retrying it alone", version, url, why(error))
+        again = _push_once(make_buckets(), [url], version, transport_name, sender_host, pipelined, Tally())
+        if again:
+            still[url] = again[url]
+            log.error("weight push of version %d to %s failed again: %s", version, url, why(again[url]))
+    updated = [url for url in receiver_urls if url not in still]
+    return PushResult(tally, updated, still, retried)
+
+
+def _push_once(
+    buckets: Iterable[NamedTensors],
+    urls: list[str],
+    version: int,
+    transport_name: str,
+    sender_host: str,
+    pipelined: bool,
+    tally: Tally,
+) -> dict[str, BaseException]:
+    """One attempt; returns the receivers that failed, with why."""
     from loongsage.inference.client import EngineClient
     from loongsage.transfer.session import update_sessions
 
-    if transport in GROUP_TRANSPORTS:
-        return push_weights_distributed(named_tensors, engine_urls, version, bucket_bytes, transport, sender_host)
-    if transport not in TENSOR_TRANSPORTS:
-        raise ValueError(f"transfer transport {transport!r} is unknown; expected one of {sorted(TRANSPORTS)}")
-    check_reach(transport, engine_urls, sender_host)
-    clients = [EngineClient(url) for url in engine_urls]
-    tally = Tally()
+    clients = [EngineClient(url) for url in urls]
+    channel: Channel | None = None
     try:
-        ranks = [engine_tp_size(client) for client in clients]
         with update_sessions(clients):
-            for bucket in iter_buckets(named_tensors, bucket_bytes):
-                with _rank_entries(transport, bucket) as entry:
-                    for client, tp_size in zip(clients, ranks):
-                        client.update_weights_from_tensor(
-                            # Made just before sending: an engine never reached costs no dump.
-                            serialized_named_tensors=[entry() for _ in range(tp_size)],
-                            load_format=None if transport == "cuda_ipc" else transport,
-                            flush_cache=True,
-                            weight_version=str(version),
-                        )
-                tally.add(tensor for _, tensor in bucket)
+            # Closed before the sessions: SGLang serves session calls on its scheduler, which a
+            # receive left pending by a refused distributed bucket blocks until the group is gone.
+            channel = get_transport(transport_name).open(clients, sender_host)
+            try:
+                _stream(channel, buckets, str(version), pipelined, tally)
+            finally:
+                channel.close()
+    except Exception as exc:  # a session call failed: every receiver is in doubt
+        failed = dict(channel.failed) if channel is not None else {}
+        for url in urls:
+            failed.setdefault(url, exc)
+        return failed
     finally:
         for client in clients:
             client.close()
-    return tally.metrics()
+    return dict(channel.failed)
 
 
-@contextmanager
-def _rank_entries(transport: str, bucket: NamedTensors) -> Iterator[Callable[[], object]]:
-    """Makes one rank's `serialized_named_tensors` entry; what it refers to lives until the block ends."""
-    if transport == "cuda_ipc":
-        with shared_bucket(bucket) as shared:
-            yield shared.serialize  # a dump per rank: SGLang's receivers count references per dump
-    else:
-        with PACKERS[transport](bucket) as payload:
-            yield lambda: payload
+def _stream(channel: Channel, buckets: Iterable[NamedTensors], version: str, pipelined: bool, tally: Tally) -> None:
+    """Deliver every bucket, the version with the last; pack the next while one is delivered."""
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="push-deliver") as sender:
+        in_flight: tuple[Future, object] | None = None
+        for bucket, last in _with_last(buckets):
+            packed = channel.pack(bucket)
+            if in_flight is not None:
+                _finish(channel, *in_flight)
+            in_flight = (sender.submit(channel.deliver, packed, version if last else None), packed)
+            tally.add(tensor for _, tensor in bucket)
+            if not pipelined:
+                _finish(channel, *in_flight)
+                in_flight = None
+        if in_flight is not None:
+            _finish(channel, *in_flight)
 
 
-GROUP_TRANSPORTS = ("gloo", "nccl")  # the backend of the weight-update group
-TENSOR_TRANSPORTS = (*PACKERS, "cuda_ipc")
-TRANSPORTS = (*TENSOR_TRANSPORTS, *GROUP_TRANSPORTS)
-SAME_HOST_TRANSPORTS = ("shm", "cuda_ipc")
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+def _finish(channel: Channel, delivered: Future, packed: object) -> None:
+    try:
+        delivered.result()
+    finally:
+        channel.release(packed)
 
 
-def check_reach(transport: str, engine_urls: list[str], sender_host: str) -> None:
-    """A same-host transport cannot reach an engine on another machine: say so before sending."""
-    if transport not in SAME_HOST_TRANSPORTS:
+def _with_last(items: Iterable) -> Iterator[tuple[object, bool]]:
+    iterator = iter(items)
+    try:
+        current = next(iterator)
+    except StopIteration:
         return
-    far = [url for url in engine_urls if urlparse(url).hostname not in (*LOOPBACK, sender_host)]
+    for following in iterator:
+        yield current, False
+        current = following
+    yield current, True
+
+
+def why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def check_device(transport_name: str) -> None:
+    """A GPU transport on a machine without one is a setting to change, not a receiver to retry."""
+    if get_transport(transport_name).needs_gpu and not torch.cuda.is_available():
+        raise RuntimeError(
+            f"trainer.weight_sync={transport_name} needs CUDA on the trainer, and this process sees no GPU: "
+            "set trainer.weight_sync=mesh (it chooses a transport this machine has), or trainer.weight_sync=gloo"
+        )
+
+
+def check_reach(transport_name: str, receiver_urls: Sequence[str], sender_host: str) -> None:
+    """A same-host transport cannot reach a receiver on another machine: say so before sending."""
+    if not get_transport(transport_name).same_host_only:
+        return
+    far = [url for url in receiver_urls if urlparse(url).hostname not in (*LOOPBACK, sender_host)]
     if far:
         raise ValueError(
-            f"trainer.weight_sync_transport={transport} reaches only engines on the trainer's machine "
-            f"({sender_host}); {', '.join(far)} are on other machines: set "
-            f"trainer.weight_sync_transport=nccl (GPU) or gloo (CPU), or inline (embedded engines only)"
+            f"trainer.weight_sync={transport_name} reaches only engines on the trainer's machine "
+            f"({sender_host}); {', '.join(far)} are on other machines: set trainer.weight_sync=mesh "
+            f"(it picks a transport per engine), or nccl (GPU) / gloo (CPU)"
         )

@@ -402,7 +402,7 @@ def test_update_weights_from_tensor(client, server, prompts, baseline, model_dir
 
 @pytest.mark.parametrize("device", ["cuda", "cpu"])
 def test_push_weights_cuda_ipc(client, server, prompts, baseline, model_dir, device):
-    """trainer.weight_sync_transport=cuda_ipc: our sender (loongsage.transfer.ipc_bucket), SGLang's
+    """trainer.weight_sync=cuda_ipc: our sender (loongsage.transfer.ipc_bucket), SGLang's
     receiver. cuda: IPC handles of this process's GPU memory, the device named by UUID; cpu: torch
     file_system shared memory that SGLang's scheduler process maps."""
     from loongsage.transfer import push_weights

@@ -1,4 +1,4 @@
-"""trainer.weight_sync_transport=cuda_ipc from this process into the embedded engine running as a
+"""trainer.weight_sync=cuda_ipc from this process into the embedded engine running as a
 process of its own (`python -m loongsage.inference.embedded`): SGLang's pickled payload, CPU
 tensors in torch's file_system shared memory that the unrelated engine process maps."""
 

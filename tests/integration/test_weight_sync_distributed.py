@@ -1,4 +1,4 @@
-"""Weight sync by gloo broadcast (trainer.weight_sync_transport=gloo) into real embedded engines."""
+"""Weight sync by gloo broadcast (trainer.weight_sync=gloo) into real embedded engines."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from loongsage.inference.client import EngineClient, EngineError
 from loongsage.inference.embedded.weights import read_safetensors
 from loongsage.sample import Sample
 from loongsage.training.group import TrainGroup
-from loongsage.transfer import iter_buckets, push_weights
+from loongsage.transfer import PushFailed, iter_buckets, push_weights
 
 from .engine_support import running_engine
 
@@ -70,19 +70,22 @@ def test_a_refused_bucket_fails_the_push_at_once_and_leaves_no_group(tiny_model_
     with running_engine(tiny_model_path) as first, running_engine(tiny_model_path) as second:
         urls = [first.base_url, second.base_url]
         start = time.monotonic()
-        # Bucket 1 goes through; bucket 2 opens with a name the engines lack.
-        with pytest.raises(EngineError) as caught:
+        # Bucket 1 goes through; bucket 2 opens with a name the engines lack (and so does the retry's).
+        with pytest.raises(PushFailed) as caught:
             push_weights([named[0], bogus, *named[1:]], urls, 3, 1, "gloo", "127.0.0.1")
         took = time.monotonic() - start
-        assert caught.value.status == 400
-        assert caught.value.url.startswith(tuple(urls))
-        assert bogus[0] in str(caught.value) and "nothing was received" in str(caught.value)
+        assert sorted(caught.value.errors) == sorted(urls)
+        for url, error in caught.value.errors.items():
+            assert isinstance(error, EngineError) and error.status == 400 and error.url.startswith(url)
+            assert bogus[0] in str(error) and "nothing was received" in str(error)
         assert took < 30, f"the push took {took:.0f} s to fail: it waited on the group instead of the answers"
         for url in urls:
             client = EngineClient(url)
             info = client.get_server_info()
             assert (info["weight_update_groups"], info["weight_update_session"]) == ([], None)
-            assert client.get_weight_version() == "3"  # bucket 1 was applied, under the new version
+            # Bucket 1 was staged, not applied; the versioned last bucket never came, and the
+            # session's end discarded it: the engines keep their weights and version.
+            assert client.get_weight_version() == "default"
         # The engines are fine and take the next push.
         push_weights(named, urls, 4, BUCKET_BYTES, "gloo", "127.0.0.1")
         assert [EngineClient(url).get_weight_version() for url in urls] == ["4", "4"]
@@ -112,7 +115,7 @@ def sample(client: EngineClient, prompt: list[int], seed: int, advantage: float)
 def test_trainer_and_engine_agree_after_a_gloo_sync(ray_runtime, tiny_model_path):
     """The K3 check: train, push over gloo, sample from the engine, and the trainer's next step
     finds the engine's logprobs equal to its own (fp32 on both sides)."""
-    cfg = TrainerConfig(micro_batch_size=2, lr=1e-2, num_threads=1, weight_sync_transport="gloo")
+    cfg = TrainerConfig(micro_batch_size=2, lr=1e-2, num_threads=1, weight_sync="gloo")
     trainer = TrainGroup(tiny_model_path, cfg, AlgorithmConfig(), seed=0)
     try:
         with running_engine(tiny_model_path) as engine:
@@ -125,7 +128,9 @@ def test_trainer_and_engine_agree_after_a_gloo_sync(ray_runtime, tiny_model_path
             stale = k3(trainer.compute_logprobs([probe])[0], probe.response_logprobs)
             assert stale > 1e-4
 
-            metrics = trainer.push_weights([engine.base_url], version=1)
+            report = trainer.push_weights([engine.base_url], version=1)
+            assert report["updated"] == [engine.base_url] and report["failed"] == {}
+            metrics = report["metrics"]
             assert metrics["transfer/buckets"] >= 1 and metrics["transfer/bytes"] > 0
             assert client.get_weight_version() == "1"
             assert client.get_server_info()["weight_update_groups"] == []

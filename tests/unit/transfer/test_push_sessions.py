@@ -10,8 +10,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from loongsage.http_server import AppServer
-from loongsage.inference.client import EngineError
-from loongsage.transfer import push_weights
+from loongsage.transfer import PushFailed, push_weights
 
 ALREADY_OPEN = "a weight-update session is already open; call end_weight_update() first"
 SESSIONLESS = "update_weights_from_tensor must run between begin_weight_update() and end_weight_update()"
@@ -92,16 +91,19 @@ def test_every_engine_gets_one_session_around_all_its_buckets(stand_ins):
     assert push([e.url for e in engines])["transfer/buckets"] == 3
     for engine in engines:
         assert engine.events == ["begin", "update", "update", "update", "end"]
-        assert engine.versions == ["3"] * 3 and not engine.session_open
+        assert engine.versions == [None, None, "3"] and not engine.session_open  # the version with the last bucket
 
 
 def test_a_refused_bucket_still_closes_every_session(stand_ins):
     good, refusing = stand_ins(), stand_ins(refuse=1)
-    with pytest.raises(EngineError, match="bucket 1 refused") as caught:
+    with pytest.raises(PushFailed, match="bucket 1 refused") as caught:
         push([good.url, refusing.url])
-    assert caught.value.url == f"{refusing.url}/update_weights_from_tensor"
-    assert good.events == ["begin", "update", "update", "end"]
-    assert refusing.events == ["begin", "update", "update refused", "end"]
+    assert list(caught.value.errors) == [refusing.url]
+    assert caught.value.errors[refusing.url].url == f"{refusing.url}/update_weights_from_tensor"
+    assert good.events == ["begin", "update", "update", "update", "end"]  # the others go on receiving
+    assert good.versions == [None, None, "3"]
+    # Then its retry alone, refused at once (this stand-in refuses its second update ever).
+    assert refusing.events == ["begin", "update", "update refused", "end", "begin", "update refused", "end"]
 
 
 def test_a_session_left_open_is_closed_and_opened_again(stand_ins):
@@ -118,15 +120,18 @@ def test_an_engine_without_sessions_is_pushed_to_without_one(stand_ins):
 
 def test_an_engine_that_cannot_open_one_closes_the_sessions_already_open(stand_ins):
     first, broken = stand_ins(), stand_ins(refuse_begin=True)
-    with pytest.raises(EngineError, match="begin broke"):
+    with pytest.raises(PushFailed, match="begin broke") as caught:
         push([first.url, broken.url])
-    assert first.events == ["begin", "end"] and broken.events == []
+    assert list(caught.value.errors) == [broken.url]
+    # The attempt fails for both; each is retried alone, and the healthy one gets the weights.
+    assert first.events == ["begin", "end", "begin", "update", "update", "update", "end"] and broken.events == []
 
 
 def test_a_session_that_does_not_close_fails_a_push_that_went_through(stand_ins):
     """SGLang finalizes the loaded weights at the end of the session: the push did not finish."""
     engine = stand_ins(refuse_end=True)
-    with pytest.raises(EngineError, match="end broke") as caught:
+    with pytest.raises(PushFailed, match="end broke") as caught:
         push([engine.url])
-    assert caught.value.url == f"{engine.url}/end_weight_update"
-    assert engine.events == ["begin", "update", "update", "update"]
+    assert caught.value.errors[engine.url].url == f"{engine.url}/end_weight_update"
+    # Its retry finds the session still open, and closing it fails again.
+    assert engine.events == ["begin", "update", "update", "update", "begin refused"]

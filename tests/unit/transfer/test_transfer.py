@@ -72,7 +72,7 @@ def test_shared_memory_refuses_engines_on_other_machines_before_sending():
     check_reach("inline", ["http://10.0.0.2:3000"], here)  # over HTTP: any machine
     with pytest.raises(
         ValueError,
-        match=r"weight_sync_transport=shm .* http://10.0.0.2:3000 are on other machines: "
-        r"set trainer.weight_sync_transport=nccl \(GPU\) or gloo \(CPU\)",
+        match=r"weight_sync=shm .* http://10.0.0.2:3000 are on other machines: "
+        r"set trainer.weight_sync=mesh \(it picks a transport per engine\), or nccl \(GPU\) / gloo \(CPU\)",
     ):
         check_reach("shm", ["http://127.0.0.1:3000", "http://10.0.0.2:3000"], here)

@@ -1,0 +1,45 @@
+"""The route plan of the run's weight pushes (TransferMesh), made once the trainer and the
+engines are placed: the trainer's rank 0 is the source, every engine a receiver; the topology is
+probed on every Ray node. `trainer.weight_sync=mesh` lets the planner choose per engine; a
+transport name restricts it to that one (and fails naming an engine it cannot reach). The plan
+is printed, and kept in the run dir as transfer_plan.json."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from urllib.parse import urlparse
+
+import ray
+
+from loongsage.cluster.probe_all import probe_ray_cluster
+from loongsage.transfer.mesh import SOURCE, without_relays
+from loongsage.transfer.planner import plan_routes
+from loongsage.transfer.routes import Endpoint, Plan
+from loongsage.transfer.topology_model import TopologyModel
+
+log = logging.getLogger(__name__)
+
+PLAN_FILE = "transfer_plan.json"
+
+
+def plan_weight_routes(
+    weight_sync: str,
+    trainer_host: str,
+    trainer_gpus: list[int],
+    engine_urls: list[str],
+    engine_gpus: list[list[int]] | None,
+    run_dir: Path,
+) -> Plan:
+    topology = TopologyModel(probe_ray_cluster()).with_ray_nodes(ray.nodes())
+    source = Endpoint(SOURCE, "source", trainer_host, tuple(trainer_gpus))
+    engines = [
+        Endpoint(f"engine/{i}", "engine", urlparse(url).hostname or "", tuple(engine_gpus[i]) if engine_gpus else (), url)
+        for i, url in enumerate(engine_urls)
+    ]
+    transports = None if weight_sync == "mesh" else {weight_sync}
+    plan = without_relays(plan_routes(topology, [source], engines, transports))
+    (run_dir / PLAN_FILE).write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
+    log.info("trainer.weight_sync=%s:\n%s", weight_sync, plan.render())
+    return plan

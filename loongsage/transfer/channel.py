@@ -1,0 +1,139 @@
+"""Transports behind one interface, and their registry by name.
+
+A transport opens a Channel to a set of receivers (engines, or relays that speak the engine
+protocol). The push loop (`push.py`) drives every channel the same way, so pipelining,
+versioning and failure handling exist once:
+
+    packed = channel.pack(bucket)            # the sender's copy; on the caller's thread
+    channel.deliver(packed, weight_version)  # on the wire and loaded; on the sender thread
+    channel.release(packed)                  # after every receiver answered
+    channel.close()
+
+`pack` of bucket k+1 runs while `deliver` of bucket k is in flight, so a channel keeps at most
+two packed buckets alive. `deliver` records a receiver that fails in `failed` and keeps serving
+the others where the transport allows (each receiver its own request); a transport whose
+receivers share one collective fails them all together.
+
+Registered here: shm, inline and cuda_ipc (`/update_weights_from_tensor`; shm and inline in
+payloads only our engines and relays read, cuda_ipc in SGLang's own), gloo and nccl
+(`/update_weights_from_distributed` to a weight-update group, `distributed.py`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Protocol
+
+from loongsage.transfer.buckets import NamedTensors
+from loongsage.transfer.ipc_bucket import IpcBucket
+from loongsage.transfer.transports import pack_inline, pack_shm
+
+
+class Channel(Protocol):
+    failed: dict[str, BaseException]  # receiver URL -> why it stopped receiving
+
+    def pack(self, bucket: NamedTensors) -> object: ...
+
+    def deliver(self, packed: object, weight_version: str | None) -> None: ...
+
+    def release(self, packed: object) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Transport:
+    """`open(clients, sender_host)` -> Channel. `same_host_only`: reaches receivers on the
+    sender's machine only. `bucket_mb`: the default bucket size, big enough that per-bucket
+    overheads (an HTTP round trip, a collective's launch) vanish, small enough that two packed
+    buckets in flight cost little memory."""
+
+    name: str
+    open: Callable[[Sequence, str], Channel]
+    same_host_only: bool
+    bucket_mb: int
+    needs_gpu: bool = False
+
+
+TRANSPORTS: dict[str, Transport] = {}
+
+
+def register_transport(transport: Transport) -> Transport:
+    if transport.name in TRANSPORTS:
+        raise ValueError(f"transport {transport.name!r} is registered already")
+    TRANSPORTS[transport.name] = transport
+    return transport
+
+
+def get_transport(name: str) -> Transport:
+    if name not in TRANSPORTS:
+        raise ValueError(f"transfer transport {name!r} is unknown; expected one of {sorted(TRANSPORTS)}")
+    return TRANSPORTS[name]
+
+
+class TensorChannel:
+    """`/update_weights_from_tensor` to each receiver, all receivers at once (each loads in its
+    own process), one `serialized_named_tensors` entry per tensor-parallel rank of the receiver."""
+
+    def __init__(self, name: str, clients: Sequence, tp_sizes: Sequence[int]):
+        self.name = name
+        self.live = dict(zip(clients, tp_sizes))
+        self.failed: dict[str, BaseException] = {}
+        self._pool = ThreadPoolExecutor(max_workers=max(len(self.live), 1), thread_name_prefix=f"push-{name}")
+
+    def pack(self, bucket: NamedTensors) -> tuple[ExitStack, Callable[[], object]]:
+        stack = ExitStack()
+        if self.name == "cuda_ipc":
+            shared = IpcBucket(bucket)
+            stack.callback(shared.release)
+            return stack, shared.serialize  # a dump per rank: SGLang's receivers count references per dump
+        payload = stack.enter_context((pack_shm if self.name == "shm" else pack_inline)(bucket))
+        return stack, lambda: payload
+
+    def deliver(self, packed, weight_version: str | None) -> None:
+        _, entry = packed
+        load_format = None if self.name == "cuda_ipc" else self.name
+        sends = {
+            client: self._pool.submit(
+                client.update_weights_from_tensor,
+                # Made just before sending: a receiver never reached costs no dump.
+                serialized_named_tensors=[entry() for _ in range(tp_size)],
+                load_format=load_format,
+                flush_cache=True,
+                weight_version=weight_version,
+            )
+            for client, tp_size in self.live.items()
+        }
+        for client, sent in sends.items():
+            if sent.exception() is not None:
+                self.failed[client.base_url] = sent.exception()
+                del self.live[client]
+
+    def release(self, packed) -> None:
+        packed[0].close()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def engine_tp_size(client) -> int:
+    """The ranks an engine adds to the group: SGLang reports tp_size; our engine has one."""
+    size = client.get_server_info().get("tp_size", 1)
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise ValueError(f"{client.base_url}/get_server_info: tp_size={size!r} is not a positive integer")
+    return size
+
+
+def _open_tensor_channel(name: str) -> Callable[[Sequence, str], TensorChannel]:
+    def open_channel(clients: Sequence, sender_host: str) -> TensorChannel:
+        return TensorChannel(name, clients, [engine_tp_size(client) for client in clients])
+
+    return open_channel
+
+
+register_transport(Transport("shm", _open_tensor_channel("shm"), same_host_only=True, bucket_mb=256))
+register_transport(Transport("inline", _open_tensor_channel("inline"), same_host_only=False, bucket_mb=64))
+register_transport(Transport("cuda_ipc", _open_tensor_channel("cuda_ipc"), same_host_only=True, bucket_mb=512))
