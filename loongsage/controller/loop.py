@@ -33,6 +33,7 @@ from loongsage.controller.rewards import RewardPool
 from loongsage.controller.rollout import EngineSeats, RolloutGroup
 from loongsage.controller.rollout_pipeline import ROLLOUT_GROUP_THREAD, RolloutPipeline, RolloutSource
 from loongsage.controller.warm_start import warm_start
+from loongsage.controller.weight_routes import plan_weight_routes
 from loongsage.inference.activity import IdleClock
 from loongsage.models import resolve_model_path
 from loongsage.sample import Sample
@@ -74,6 +75,7 @@ class Controller:
                 ray_options=self.placement.trainer_options,
                 cpus=self.placement.trainer_cpus,
             )
+            self._plan_weight_routes()
         except BaseException:
             self.placement.remove()
             raise
@@ -262,6 +264,19 @@ class Controller:
             self.pipeline.update_weights(push)
         else:  # the warm start's, before rollout starts
             push()
+
+    def _plan_weight_routes(self) -> None:
+        """TransferMesh: the route of every engine's weights, planned once from the probed topology."""
+        trainer_seats = self.placement.seats("trainer")
+        plan = plan_weight_routes(
+            self.cfg.trainer.weight_sync,
+            self.trainer.rank0_host,
+            list(trainer_seats[0].gpus) if trainer_seats else [],
+            self.rollout.urls,
+            self.placement.engine_gpus,
+            self.run_dir,
+        )
+        self.trainer.set_weight_plan(plan.to_dict())
 
     def _save(self) -> None:
         state = {

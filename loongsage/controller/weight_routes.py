@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -16,6 +17,7 @@ import ray
 from loongsage.cluster.probe_all import probe_ray_cluster
 from loongsage.transfer.mesh import SOURCE, without_relays
 from loongsage.transfer.planner import plan_routes
+from loongsage.transfer.push import LOOPBACK
 from loongsage.transfer.routes import Endpoint, Plan
 from loongsage.transfer.topology_model import TopologyModel
 
@@ -32,7 +34,7 @@ def plan_weight_routes(
     engine_gpus: list[list[int]] | None,
     run_dir: Path,
 ) -> Plan:
-    topology = TopologyModel(probe_ray_cluster()).with_ray_nodes(ray.nodes())
+    topology = _loopback_is_here(TopologyModel(probe_ray_cluster()).with_ray_nodes(ray.nodes()))
     source = Endpoint(SOURCE, "source", trainer_host, tuple(trainer_gpus))
     engines = [
         Endpoint(f"engine/{i}", "engine", urlparse(url).hostname or "", tuple(engine_gpus[i]) if engine_gpus else (), url)
@@ -43,3 +45,9 @@ def plan_weight_routes(
     (run_dir / PLAN_FILE).write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
     log.info("trainer.weight_sync=%s:\n%s", weight_sync, plan.render())
     return plan
+
+
+def _loopback_is_here(topology: TopologyModel) -> TopologyModel:
+    """Engines of a one-machine run serve on 127.0.0.1: that is the node this controller runs on."""
+    here = topology.host(ray.get_runtime_context().get_node_id())
+    return replace(topology, aliases={**topology.aliases, **dict.fromkeys(LOOPBACK, here)})

@@ -55,6 +55,7 @@ class TrainGroup:
             for rank in range(ranks)
         ]
         (address,) = self._gather("rendezvous_address", [self.workers[0].rendezvous_address.remote()])
+        self.rank0_host = address[0]  # where rank 0, the sender of weight pushes, runs
         self._call_all("setup", *address)
         self.layout = self._data_layout()
 
