@@ -77,7 +77,8 @@ class Engine:
             seed=self.cfg.seed,
         )
         self.memory = MemoryOccupation(self.model, self.scheduler)
-        self.staged = StagedWeights(self.model)  # a weight-update session's buckets until they commit
+        # A weight-update session's buckets until they commit.
+        self.staged = StagedWeights(self.model, not_loaded=self.memory.not_loaded)
         self.scheduler.start()
 
     def stop(self) -> None:

@@ -80,6 +80,11 @@ class MemoryOccupation:
                 self._missing.pop(pid, None)
             self.scheduler.refuse(self._refusal(self.released))
 
+    def not_loaded(self, param: torch.nn.Parameter) -> bool:
+        """Whether `param` has not been written since a resume: it holds nothing worth keeping,
+        and generation stays refused until it is written (staging may write it in place)."""
+        return id(param) in self._missing  # one dict lookup: safe from any thread
+
     def info(self) -> dict:
         return {"memory_released": sorted(self.released), "weights_not_loaded": len(self._missing)}
 

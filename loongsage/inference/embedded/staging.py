@@ -17,6 +17,11 @@ buffer, shared memory the sender will free) is copied. q/k/v are views into one 
 per layer (llama.fuse_linears): they are staged straight into a fresh fused tensor, and any of
 the three a push leaves out is copied from the live one at commit.
 
+A parameter not loaded since a resume_memory_occupation (memory.py) holds nothing worth keeping
+and no request runs until every parameter is loaded again, so it is written in place at once, not
+beside: a colocated engine that resumed then needs no second copy of its weights. It still counts
+as written only at the commit.
+
 Thread-safe: requests stage from HTTP worker threads while the scheduler commits.
 """
 
@@ -46,8 +51,10 @@ class _FusedStage:
 
 
 class StagedWeights:
-    def __init__(self, model: LlamaModel):
+    def __init__(self, model: LlamaModel, not_loaded: Callable[[nn.Parameter], bool] | None = None):
+        """`not_loaded(param)`: whether `param` may be written in place (see above)."""
         self.model = model
+        self._not_loaded = not_loaded or (lambda param: False)
         self._params = dict(model.named_parameters(remove_duplicate=False))
         # id(q/k/v parameter) -> (attention module, "weight" | "bias", projection, row range in the fused tensor)
         self._fused: dict[int, tuple[nn.Module, str, str, slice]] = {}
@@ -63,6 +70,7 @@ class StagedWeights:
                     start += param.shape[0]
         self._lock = threading.Lock()
         self._plain: dict[int, tuple[nn.Parameter, torch.Tensor]] = {}  # id(param) -> (param, its next data)
+        self._in_place: set[int] = set()  # ids of parameters not loaded since a resume, written already
         self._fused_stages: dict[tuple[int, str], _FusedStage] = {}
         self._names: set[str] = set()
 
@@ -86,7 +94,12 @@ class StagedWeights:
             for name, tensor in named:
                 param = self._params[name]
                 fused = self._fused.get(id(param))
-                if fused is None:
+                if self._not_loaded(param):
+                    with torch.no_grad():
+                        param.copy_(tensor)  # a q/k/v view writes into the live fused tensor
+                    self._in_place.add(id(param))
+                    self._plain.pop(id(param), None)
+                elif fused is None:
                     self._plain[id(param)] = (param, _own(tensor, param) if owned else _copy(tensor, param))
                 else:
                     attn, kind, proj, rows = fused
@@ -106,7 +119,7 @@ class StagedWeights:
         with self._lock:
             swaps: list[tuple[nn.Parameter, torch.Tensor]] = [pair for pair in self._plain.values()]
             fused: list[tuple[nn.Module, str, torch.Tensor]] = []
-            written = {id(param) for param, _ in swaps}
+            written = {id(param) for param, _ in swaps} | self._in_place
             for stage in self._fused_stages.values():
                 attn, kind, buffer = stage.attn, stage.kind, stage.buffer
                 live = getattr(attn, f"fused_{kind}")
@@ -115,7 +128,7 @@ class StagedWeights:
                     rows = self._fused[id(param)][3]
                     if proj in stage.written:
                         written.add(id(param))
-                    else:  # left out of this push: its live values carry over
+                    else:  # left out of this push (or written in place): its live values carry over
                         buffer[rows].copy_(live[rows])
                     swaps.append((param, buffer[rows]))
                 fused.append((attn, kind, buffer))
@@ -139,7 +152,7 @@ class StagedWeights:
         return count
 
     def _clear(self) -> None:
-        self._plain, self._fused_stages, self._names = {}, {}, set()
+        self._plain, self._in_place, self._fused_stages, self._names = {}, set(), {}, set()
 
 
 def _own(tensor: torch.Tensor, param: nn.Parameter) -> torch.Tensor:

@@ -121,3 +121,21 @@ def test_a_bad_bucket_stages_nothing_and_discard_drops_everything(model, checkpo
     assert staged.discard() == 1 and staged.count == 0
     assert staged.commit() == (set(), 0)
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters(remove_duplicate=False))
+
+
+def test_parameters_not_loaded_since_a_resume_are_written_in_place_and_count_at_the_commit(model, checkpoint):
+    """A resumed engine's parameters hold nothing to keep: no second copy of them is made."""
+    attn = model.model.layers[0].self_attn
+    unloaded = {id(attn.q_proj.weight), id(model.model.norm.weight)}
+    staged = StagedWeights(model, not_loaded=lambda param: id(param) in unloaded)
+    pointers = {name: p.data_ptr() for name, p in model.named_parameters()}
+    new = {name: t + 1 for name, t in checkpoint if name in (Q, K, NORM)}
+    staged.stage(list(new.items()), owned=True)
+    assert torch.equal(model.model.norm.weight, new[NORM]) and torch.equal(attn.q_proj.weight, new[Q])  # at once
+    assert not torch.equal(attn.k_proj.weight, new[K])  # loaded: staged beside
+    written, count = staged.commit()
+    assert count == 3 and written == {id(attn.q_proj.weight), id(attn.k_proj.weight), id(model.model.norm.weight)}
+    assert model.model.norm.weight.data_ptr() == pointers[NORM]
+    for name, tensor in new.items():
+        assert torch.equal(dict(model.named_parameters())[name], tensor)
+    assert torch.equal(attn.fused_weight, torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]))
