@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Stop the one-node test cluster started by .ci/slurm_up.sh: cancel its jobs, then stop
-# slurmd, slurmctld and munged by the pid files in its private dir. Safe to run when
-# nothing is running. State and logs stay in the dir for inspection.
+# Stop the test cluster started by .ci/slurm_up.sh: cancel its jobs, then stop every slurmd
+# (slurmd.<node>.pid; slurmd.pid of the one-node cluster of earlier versions), slurmctld and
+# munged by the pid files in its private dir. Safe to run when nothing is running. State and
+# logs stay in the dir for inspection.
 set -euo pipefail
 
 DIR="${LOONGSAGE_SLURM_DIR:-/tmp/loongsage-slurm}"
@@ -10,7 +11,8 @@ export SLURM_CONF="$DIR/slurm.conf"
 say() { echo "slurm_down: $*" >&2; }
 
 # The daemon NAME is running: its pid file names a live process of that name (not a reused pid).
-alive() { [[ -f "$DIR/$1.pid" ]] && [[ "$(cat "/proc/$(cat "$DIR/$1.pid")/comm" 2>/dev/null)" == "$1" ]]; }
+# NAME is the pid file's stem (slurmd.node1); the process is the part before the dot.
+alive() { [[ -f "$DIR/$1.pid" ]] && [[ "$(cat "/proc/$(cat "$DIR/$1.pid")/comm" 2>/dev/null)" == "${1%%.*}" ]]; }
 
 # Jobs keep their processes (proctrack/linuxproc) after slurmd dies: cancel them first.
 cancel_jobs() {
@@ -42,6 +44,8 @@ stop() {
 }
 
 cancel_jobs
-stop slurmd
+for pidfile in "$DIR"/slurmd.pid "$DIR"/slurmd.*.pid; do
+    if [[ -e "$pidfile" ]]; then stop "$(basename "$pidfile" .pid)"; fi
+done
 stop slurmctld
 stop munged

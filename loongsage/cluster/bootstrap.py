@@ -2,8 +2,12 @@
 through srun, the driver waits until every node and GPU has registered, and everything is torn
 down on exit or failure.
 
-Ports come from the job id, so two jobs sharing a node do not collide, and are checked free
-before use. The end of a job's block is its engines' (HTTP and NCCL ports of rollout.engine=sglang
+Every Ray process is started with its node's address as Slurm knows it (NodeAddr in `scontrol
+show node`), not the address this machine's default route leaves by: several slurmd may run on
+one machine (each with its own NodeAddr, as in the CI's two-node test cluster), and a node's Ray
+must announce the address its node has. Ports come from the job id, so two jobs sharing a node
+do not collide, and are checked free before use; nodes of one job that share a machine split
+the job's worker ports. The end of a job's block is its engines' (HTTP and NCCL ports of rollout.engine=sglang
 servers), so no Ray worker of this or another job takes a port an engine restarts on. Pure
 helpers (allocation from the environment, ports, what is missing) are apart from the process
 plumbing so they can be tested without Slurm.
@@ -11,6 +15,8 @@ plumbing so they can be tested without Slurm.
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import os
 import secrets
 import shutil
@@ -32,6 +38,11 @@ FIRST_WORKER_PORT = 10  # of the block
 FIRST_ENGINE_PORT = 150  # of the block; Ray's workers have the 140 ports before it
 PORTS_PER_ENGINE = 2  # HTTP, NCCL
 ENGINES_PER_JOB = (PORTS_PER_JOB - FIRST_ENGINE_PORT) // PORTS_PER_ENGINE
+NODE_PORTS = 6  # a non-head Ray node's own named ports: node manager ... runtime env agent
+# The address Ray replaces by the machine's interface address; any other loopback address it keeps.
+RAY_REWRITTEN = "127.0.0.1"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -98,7 +109,20 @@ def worker_command(node: str, ray_args: list[str], container: ContainerConfig, w
     if prefix:
         # The runtime's own process is in the step too: it must outlive the signal it may forward.
         payload = ignoring_usr2([*prefix, *payload], "ray-container")
-    return ["srun", "--nodes=1", "--ntasks=1", "--overlap", "-w", node, *srun_options(container, workdir), *payload]
+    # --mem=0: the step may use the job's memory on the node without taking any of it; without it
+    # the step asks for memory the controller's step already holds, and Slurm refuses to start
+    # it ("Memory required by task is not available"), --overlap or not.
+    return [
+        "srun",
+        "--nodes=1",
+        "--ntasks=1",
+        "--overlap",
+        "--mem=0",
+        "-w",
+        node,
+        *srun_options(container, workdir),
+        *payload,
+    ]
 
 
 def allocation_from_env(env: dict[str, str] | None = None, expand=None) -> Allocation:
@@ -149,21 +173,34 @@ def job_port_base(job_id: str) -> int:
     return FIRST_PORT + (int("".join(ch for ch in job_id if ch.isdigit()) or 0) % JOB_SLOTS) * PORTS_PER_JOB
 
 
-def ray_ports(job_id: str) -> RayPorts:
-    """Ray's ports in this job's block."""
+def ray_ports(job_id: str, slot: int = 0, slots: int = 1) -> RayPorts:
+    """Ray's ports in this job's block, for the node in `slot` of the `slots` nodes of this job on
+    one machine (0 of 1 but where several slurmd share a machine). Ray binds its ports on every
+    interface, so nodes on one machine need ports of their own: they split the worker ports, and
+    every slot but the first takes its node's named ports from the start of its share."""
+    if not 0 <= slot < slots:
+        raise ValueError(f"port slot {slot} of {slots}")
     base = job_port_base(job_id)
+    share = (FIRST_ENGINE_PORT - FIRST_WORKER_PORT) // slots
+    if share < NODE_PORTS + 2:
+        raise ValueError(
+            f"job {job_id} has {slots} nodes on one machine: its {FIRST_ENGINE_PORT - FIRST_WORKER_PORT} Ray "
+            f"worker ports do not split among them (PORTS_PER_JOB in loongsage/cluster/bootstrap.py)"
+        )
+    first = base + FIRST_WORKER_PORT + slot * share
+    own = [base + 1, base + 2, base + 5, base + 6, base + 7, base + 8] if slot == 0 else list(range(first, first + NODE_PORTS))
     return RayPorts(
         gcs=base,
-        node_manager=base + 1,
-        object_manager=base + 2,
+        node_manager=own[0],
+        object_manager=own[1],
         client_server=base + 3,
         dashboard=base + 4,
-        dashboard_agent_grpc=base + 5,
-        dashboard_agent_listen=base + 6,
-        metrics_export=base + 7,
-        runtime_env_agent=base + 8,
-        min_worker=base + FIRST_WORKER_PORT,
-        max_worker=base + FIRST_ENGINE_PORT - 1,
+        dashboard_agent_grpc=own[2],
+        dashboard_agent_listen=own[3],
+        metrics_export=own[4],
+        runtime_env_agent=own[5],
+        min_worker=first if slot == 0 else first + NODE_PORTS,
+        max_worker=first + share - 1,
     )
 
 
@@ -205,22 +242,93 @@ def busy_ports(ports: RayPorts, host: str = "127.0.0.1") -> list[int]:
     return busy
 
 
-def missing_resources(expected: Allocation, nodes: list[dict]) -> list[str]:
+def missing_resources(expected: Allocation, nodes: list[dict], addresses: dict[str, str | None] | None = None) -> list[str]:
     """What has not registered yet: one line per node that is absent or short of GPUs.
-    `nodes` as `ray.nodes()` gives them (only alive ones count). Nodes are matched by hostname;
-    a Slurm node whose name is an alias (NodeName differs from NodeHostname) takes an alive node
-    left unmatched."""
-    alive = [node for node in nodes if node.get("Alive")]
-    gpus = {_short(node.get("NodeManagerHostname")): node.get("Resources", {}).get("GPU", 0) for node in alive}
-    unmatched = [name for name in gpus if name not in {_short(host) for host in expected.nodes}]
+    `nodes` as `ray.nodes()` gives them (only alive ones count). A Slurm node is the Ray node at
+    its address (`addresses`: the one its Ray was started with, where known), else the one with
+    its hostname; a Slurm node whose name is an alias (NodeName differs from NodeHostname, and
+    several may share one machine's hostname) takes an alive node left unmatched."""
+    addresses = addresses or {}
+    left = [node for node in nodes if node.get("Alive")]
+    names = {_short(host) for host in expected.nodes}
+    found: dict[str, dict] = {}
+    # Three passes, each taking the nodes it can: by address, by hostname, any alias left over.
+    keys = (
+        lambda host, node: bool(addresses.get(host)) and node.get("NodeManagerAddress") == addresses[host],
+        lambda host, node: _short(node.get("NodeManagerHostname")) == _short(host),
+        lambda host, node: _short(node.get("NodeManagerHostname")) not in names,
+    )
+    for matches in keys:
+        for host in expected.nodes:
+            node = next((node for node in left if host not in found and matches(host, node)), None)
+            if node is not None:
+                found[host] = node
+                left.remove(node)
     problems = []
     for host in expected.nodes:
-        name = _short(host) if _short(host) in gpus else (unmatched.pop(0) if unmatched else None)
-        if name is None:
+        gpus = found[host].get("Resources", {}).get("GPU", 0) if host in found else None
+        if gpus is None:
             problems.append(f"{host}: not registered")
-        elif gpus[name] < expected.gpus_per_node:
-            problems.append(f"{host}: {gpus[name]:g} of {expected.gpus_per_node} GPUs registered")
+        elif gpus < expected.gpus_per_node:
+            problems.append(f"{host}: {gpus:g} of {expected.gpus_per_node} GPUs registered")
     return problems
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """Where Slurm says a node is: its address (NodeAddr) and the machine it runs on (NodeHostName)."""
+
+    addr: str
+    machine: str
+
+
+def parse_show_node(text: str) -> dict[str, SlurmNode]:
+    """`scontrol -o show node ...` as {NodeName: SlurmNode}, one node a line of `Key=value` words."""
+    found = {}
+    for line in text.splitlines():
+        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+        if fields.get("NodeName"):
+            name = fields["NodeName"]
+            found[name] = SlurmNode(fields.get("NodeAddr") or name, fields.get("NodeHostName") or name)
+    return found
+
+
+def slurm_nodes(nodes: tuple[str, ...]) -> dict[str, SlurmNode]:
+    """Slurm's view of `nodes`; none of them where scontrol cannot tell (not installed, the
+    controller unreachable, a name it does not know): each node is then its own machine, named
+    as it is."""
+    try:
+        done = subprocess.run(["scontrol", "-o", "show", "node", ",".join(nodes)], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    return parse_show_node(done.stdout) if done.returncode == 0 else {}
+
+
+def node_ip(addr: str, resolve=None) -> str | None:
+    """The IP a node's Ray announces, from the node's Slurm address (NodeAddr: an IP, or a name
+    that resolves to one). None where that is no address the others can reach it by: 127.0.0.1,
+    which Ray replaces by the machine's interface address, or a name this machine resolves to a
+    loopback address (Debian's /etc/hosts maps the machine's own name to 127.0.1.1). Any other
+    loopback IP given as NodeAddr is taken as it is: nodes that share a machine, each with its own."""
+    try:
+        return None if addr == RAY_REWRITTEN else str(ipaddress.ip_address(addr))
+    except ValueError:
+        pass
+    try:
+        ip = (resolve or socket.gethostbyname)(addr)
+    except OSError:
+        return None
+    return None if ipaddress.ip_address(ip).is_loopback else ip
+
+
+def port_slots(nodes: tuple[str, ...], where: dict[str, SlurmNode]) -> dict[str, tuple[int, int]]:
+    """(slot, slots) of each node for `ray_ports`: its place among the job's nodes on its machine."""
+    machine = {node: where[node].machine if node in where else node for node in nodes}
+    slots = {}
+    for node in nodes:
+        sharing = [other for other in nodes if machine[other] == machine[node]]
+        slots[node] = (sharing.index(node), len(sharing))
+    return slots
 
 
 @dataclass
@@ -231,6 +339,9 @@ class RayCluster:
     ports: RayPorts
     head_ip: str
     processes: list[subprocess.Popen] = field(default_factory=list)
+    # The IP each node's Ray was started with; None where Ray found it itself.
+    node_ips: dict[str, str | None] = field(default_factory=dict)
+    workers: dict[str, subprocess.Popen] = field(default_factory=dict)  # node -> its `srun ray start`
 
     @property
     def address(self) -> str:
@@ -264,14 +375,18 @@ def start_ray(
             f"starts Ray on the other {len(allocation.nodes) - 1} node(s) with srun, so a container "
             f"image needs Slurm's client, its config and the munge socket (for pyxis also its plugin)"
         )
-    ports = ray_ports(allocation.job_id)
+    where = slurm_nodes(allocation.nodes)
+    slots = port_slots(allocation.nodes, where)
+    ports = ray_ports(allocation.job_id, *slots[allocation.head])
     busy = busy_ports(ports)
     if busy:
         raise RuntimeError(
             f"Ray ports {busy} of job {allocation.job_id} are in use on {socket.gethostname()}; "
             f"is another Ray running here? (`ray stop`)"
         )
-    head_ip = routable_ip()
+    ips = {node: node_ip(where[node].addr) if node in where else None for node in allocation.nodes}
+    head_ip = ips[allocation.head] or routable_ip()
+    ips[allocation.head] = head_ip
     # Ray's CPU count is a scheduling token here as on a laptop (actors share the node's cores),
     # so give enough for every actor to be placed even when the job asked for few CPUs.
     resources = [f"--num-gpus={allocation.gpus_per_node}", f"--num-cpus={max(allocation.cpus_per_node, 8)}"]
@@ -285,7 +400,7 @@ def start_ray(
         )
     os.environ["RAY_AUTH_MODE"] = "token"
     os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_urlsafe(32))
-    cluster = RayCluster(allocation, ports, head_ip)
+    cluster = RayCluster(allocation, ports, head_ip, node_ips=ips)
     try:
         cluster.processes.append(
             subprocess.Popen(
@@ -305,17 +420,21 @@ def start_ray(
             )
         )
         _wait_for_port(head_ip, ports.gcs, timeout_s, cluster.processes[0])
-        worker_args = [
-            ray_cmd,
-            "start",
-            "--block",
-            "--disable-usage-stats",
-            f"--address={cluster.address}",
-            *resources,
-            *ports.start_args(head=False),
-        ]
         for node in allocation.nodes[1:]:
-            cluster.processes.append(subprocess.Popen(worker_command(node, worker_args, container, os.getcwd())))
+            worker_args = [
+                ray_cmd,
+                "start",
+                "--block",
+                "--disable-usage-stats",
+                f"--address={cluster.address}",
+                # Unknown: Ray finds it itself (the address it leaves by towards the head).
+                *([f"--node-ip-address={ips[node]}"] if ips[node] else []),
+                *resources,
+                *ray_ports(allocation.job_id, *slots[node]).start_args(head=False),
+            ]
+            process = subprocess.Popen(worker_command(node, worker_args, container, os.getcwd()))
+            cluster.processes.append(process)
+            cluster.workers[node] = process
         wait_for_nodes(cluster, timeout_s)
     except BaseException:
         cluster.stop()
@@ -326,12 +445,25 @@ def start_ray(
 def wait_for_nodes(cluster: RayCluster, timeout_s: float) -> None:
     import ray
 
-    ray.init(address=cluster.address, log_to_driver=False)
+    # This process is on the head node: its address, not one Ray would guess (from a loopback
+    # head address Ray guesses 127.0.0.1, rewrites it to the machine's interface address and
+    # finds no Ray node there).
+    ray.init(address=cluster.address, _node_ip_address=cluster.head_ip, log_to_driver=False)
     deadline = time.monotonic() + timeout_s
-    while problems := missing_resources(cluster.allocation, ray.nodes()):
+    while problems := missing_resources(cluster.allocation, ray.nodes(), cluster.node_ips):
+        for node, process in cluster.workers.items():
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"`srun -w {node} ray start` exited with code {process.returncode} before all nodes registered "
+                    f"({'; '.join(problems)}); srun's and Ray's messages are above in this job's log"
+                )
         if time.monotonic() > deadline:
             raise TimeoutError(f"Ray did not come up on the whole allocation within {timeout_s:.0f} s: " + "; ".join(problems))
         time.sleep(1.0)
+    log.info(
+        "ray nodes: %s",
+        ", ".join(f"{node} {cluster.node_ips.get(node) or '(address found by Ray)'}" for node in cluster.allocation.nodes),
+    )
 
 
 def _wait_for_port(host: str, port: int, timeout_s: float, process: subprocess.Popen) -> None:

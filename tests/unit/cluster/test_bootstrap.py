@@ -17,6 +17,9 @@ from loongsage.cluster.bootstrap import (
     head_command,
     ignoring_usr2,
     missing_resources,
+    node_ip,
+    parse_show_node,
+    port_slots,
     ray_ports,
     start_ray,
     worker_command,
@@ -73,6 +76,76 @@ def test_a_slurm_alias_matches_the_node_that_registered():
     assert missing_resources(allocation, []) == ["localhost: not registered"]
 
 
+def _at(ip: str, gpus: float, host: str = "vm") -> dict:
+    return {**_node(host, gpus), "NodeManagerAddress": ip}
+
+
+def test_nodes_sharing_a_machine_are_told_apart_by_address():
+    """Two slurmd on one machine: both Ray nodes report the machine's hostname; only their
+    addresses tell node1 from node2 (by hostname alone, node2 was never found)."""
+    allocation = Allocation("7", ("node1", "node2"), 2, 2)
+    addresses = {"node1": "127.0.0.2", "node2": "127.0.0.3"}
+    assert missing_resources(allocation, [_at("127.0.0.2", 2)], addresses) == ["node2: not registered"]
+    assert missing_resources(allocation, [_at("127.0.0.3", 2)], addresses) == ["node1: not registered"]
+    assert missing_resources(allocation, [_at("127.0.0.3", 2), _at("127.0.0.2", 1)], addresses) == [
+        "node1: 1 of 2 GPUs registered"
+    ]
+    assert missing_resources(allocation, [_at("127.0.0.3", 2), _at("127.0.0.2", 2)], addresses) == []
+    # A node whose address Ray found itself is matched as before, by hostname or as an alias.
+    assert missing_resources(allocation, [_at("127.0.0.2", 2), _at("10.0.0.9", 2)], {"node1": "127.0.0.2"}) == []
+
+
+SHOW_NODE = (
+    "NodeName=node1 Arch=x86_64 CoresPerSocket=1 Gres=gpu:2 NodeAddr=127.0.0.2 NodeHostName=vm Version=22.05.8 "
+    "OS=Linux 6.1 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=11000\n"
+    "NodeName=node2 Arch=x86_64 Gres=gpu:2 NodeAddr=127.0.0.3 NodeHostName=vm Port=16819 Version=22.05.8\n"
+    "NodeName=gpu07 NodeAddr=gpu07 NodeHostName=gpu07 State=IDLE\n"
+)
+
+
+def test_slurm_view_of_nodes_gives_addresses_and_machines():
+    nodes = parse_show_node(SHOW_NODE)
+    assert [(name, n.addr, n.machine) for name, n in nodes.items()] == [
+        ("node1", "127.0.0.2", "vm"),
+        ("node2", "127.0.0.3", "vm"),
+        ("gpu07", "gpu07", "gpu07"),
+    ]
+
+
+def test_node_ip_is_slurms_address_unless_ray_would_rewrite_it():
+    hosts = {"gpu07": "10.1.2.7", "vm": "127.0.1.1"}
+
+    def resolve(name):
+        if name not in hosts:
+            raise OSError(f"unknown host {name}")
+        return hosts[name]
+
+    assert node_ip("127.0.0.3", resolve) == "127.0.0.3"  # a node of its own on a shared machine
+    assert node_ip("10.1.2.8", resolve) == "10.1.2.8"
+    assert node_ip("gpu07", resolve) == "10.1.2.7"  # NodeAddr unset: the node's name, resolved
+    assert node_ip("127.0.0.1", resolve) is None  # Ray would replace it by the interface address
+    assert node_ip("vm", resolve) is None  # a name the machine maps to itself says nothing
+    assert node_ip("nowhere", resolve) is None
+
+
+def test_nodes_on_one_machine_split_the_worker_ports():
+    where = parse_show_node(SHOW_NODE)
+    assert port_slots(("node1", "node2", "gpu07"), where) == {"node1": (0, 2), "node2": (1, 2), "gpu07": (0, 1)}
+    assert port_slots(("gpu01", "gpu02"), {}) == {"gpu01": (0, 1), "gpu02": (0, 1)}
+    alone, first, second = ray_ports("55"), ray_ports("55", 0, 2), ray_ports("55", 1, 2)
+    # One node per machine, and the first of several, keep the named ports of the job's block.
+    assert first.start_args(head=True)[:6] == alone.start_args(head=True)[:6]
+    assert first.min_worker == alone.min_worker
+    ranges = []
+    for ports in (first, second):
+        own = [ports.node_manager, ports.object_manager, ports.dashboard_agent_grpc]
+        own += [ports.dashboard_agent_listen, ports.metrics_export, ports.runtime_env_agent]
+        ranges.append(set(own) | set(range(ports.min_worker, ports.max_worker + 1)))
+        assert alone.gcs < min(ranges[-1]) and max(ranges[-1]) <= alone.max_worker
+    assert not ranges[0] & ranges[1]
+    assert second.gcs == alone.gcs and second.min_worker > second.runtime_env_agent
+
+
 def test_usr2_wrapper_leaves_the_program_ignoring_the_signal():
     probe = [sys.executable, "-c", "import signal, sys; sys.exit(signal.getsignal(signal.SIGUSR2) is not signal.SIG_IGN)"]
     assert subprocess.run(ignoring_usr2(probe, "probe")).returncode == 0
@@ -104,6 +177,7 @@ def test_worker_without_container_is_the_plain_srun_ignoring_usr2():
         "--nodes=1",
         "--ntasks=1",
         "--overlap",
+        "--mem=0",
         "-w",
         "gpu02",
         *IGNORE,
@@ -119,6 +193,7 @@ def test_pyxis_worker_gets_the_container_as_srun_options():
         "--nodes=1",
         "--ntasks=1",
         "--overlap",
+        "--mem=0",
         "-w",
         "gpu02",
         "--container-image=nvcr.io#nvidia/pytorch:25.01-py3",
@@ -137,6 +212,7 @@ def test_apptainer_worker_runs_the_container_and_ray_both_ignoring_usr2():
         "--nodes=1",
         "--ntasks=1",
         "--overlap",
+        "--mem=0",
         "-w",
         "gpu02",
         *IGNORE,
