@@ -76,9 +76,9 @@ class StagedWeights:
 
     @property
     def count(self) -> int:
-        """Tensors staged (by name) and not yet committed."""
-        with self._lock:
-            return len(self._names)
+        """Tensors staged (by name) and not yet committed. Read without the lock, which a bucket
+        being copied may hold a while: /server_info answers from the event loop."""
+        return len(self._names)
 
     def stage(
         self, named: Iterable[tuple[str, torch.Tensor]], owned: bool = False, check: Callable[[], None] | None = None
@@ -98,7 +98,9 @@ class StagedWeights:
                     with torch.no_grad():
                         param.copy_(tensor)  # a q/k/v view writes into the live fused tensor
                     self._in_place.add(id(param))
-                    self._plain.pop(id(param), None)
+                    self._plain.pop(id(param), None)  # defensive: releasing the weights discards what was staged
+                    if fused is not None and (stage := self._fused_stages.get((id(fused[0]), fused[1]))):
+                        stage.written.discard(fused[2])
                 elif fused is None:
                     self._plain[id(param)] = (param, _own(tensor, param) if owned else _copy(tensor, param))
                 else:
