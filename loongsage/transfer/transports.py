@@ -9,7 +9,9 @@ the transport's name as `load_format`. These payloads only the embedded engine r
 
 from __future__ import annotations
 
+import atexit
 import base64
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from multiprocessing import resource_tracker, shared_memory
@@ -24,19 +26,66 @@ from loongsage.transfer.sglang_payload import decode_named_tensors
 _CREATED_HERE: set[str] = set()
 
 
+class SegmentPool:
+    """Shared-memory segments kept from one bucket (and push) to the next. A fresh segment costs a
+    page fault, zeroing included, on every 4 KiB page its first bucket writes: about as much
+    again as copying the bucket in. A segment goes back to the pool once every receiver has
+    answered (they copy out before answering); at most `keep` wait there, and what is left is
+    unlinked at exit (or, after a crash, by multiprocessing's resource tracker)."""
+
+    def __init__(self, keep: int = 3):
+        self.keep = keep
+        self._free: list[shared_memory.SharedMemory] = []
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> shared_memory.SharedMemory:
+        with self._lock:
+            fitting = [s for s in self._free if s.size >= size]
+            if fitting:
+                segment = min(fitting, key=lambda s: s.size)
+                self._free.remove(segment)
+                return segment
+        segment = shared_memory.SharedMemory(create=True, size=size)
+        _CREATED_HERE.add(segment.name)
+        return segment
+
+    def give_back(self, segment: shared_memory.SharedMemory) -> None:
+        with self._lock:
+            self._free.append(segment)
+            self._free.sort(key=lambda s: s.size, reverse=True)  # the biggest are the most reusable
+            spare = self._free[self.keep :]
+            del self._free[self.keep :]
+        for extra in spare:
+            _unlink(extra)
+
+    def close(self) -> None:
+        with self._lock:
+            spare, self._free = self._free, []
+        for segment in spare:
+            _unlink(segment)
+
+
+def _unlink(segment: shared_memory.SharedMemory) -> None:
+    segment.close()
+    segment.unlink()
+    _CREATED_HERE.discard(segment.name)
+
+
+_SEGMENTS = SegmentPool()
+atexit.register(_SEGMENTS.close)
+
+
 @contextmanager
 def pack_shm(bucket: NamedTensors) -> Iterator[dict]:
-    """Same-host receivers: one POSIX shared-memory segment per bucket, copied once each side."""
+    """Same-host receivers: the bucket copied once into a shared-memory segment (from the pool),
+    which each receiver copies out of."""
     entries, total = table_of_contents(bucket)
-    segment = shared_memory.SharedMemory(create=True, size=max(total, 1))
-    _CREATED_HERE.add(segment.name)
+    segment = _SEGMENTS.take(max(total, 1))
     try:
         write_flat(bucket, torch.frombuffer(segment.buf, dtype=torch.uint8, count=total), entries)
         yield {"shm_name": segment.name, "tensors": entries}
     finally:
-        segment.close()
-        segment.unlink()
-        _CREATED_HERE.discard(segment.name)
+        _SEGMENTS.give_back(segment)
 
 
 def unpack_shm(payload: dict) -> NamedTensors:
