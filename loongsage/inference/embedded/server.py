@@ -117,7 +117,6 @@ def build_app(engine: Engine) -> FastAPI:
     async def get_server_info():
         # tp_size as SGLang reports it: a weight sender counts the ranks each engine adds to its group.
         info = {**engine.server_info(), "tp_size": 1, "weight_update_groups": groups.names()}
-        # staged_weight_tensors (in engine.server_info): what this session has staged and not committed.
         return {**info, "weight_update_session": session.selector}
 
     @app.post("/update_weights_from_tensor")
@@ -193,7 +192,7 @@ def build_app(engine: Engine) -> FastAPI:
     async def end_weight_update(request: Request):
         answer = session.end(await _json_body(request, allow_empty=True))
         # A push whose versioned bucket never came (the sender failed or gave up): the old weights stay.
-        engine.discard_staged("end_weight_update")
+        await run_in_threadpool(engine.discard_staged, "end_weight_update")  # waits for a bucket being staged
         return answer
 
     return app
