@@ -9,10 +9,13 @@ size, so bucket k is the same set of tensors everywhere. A route with `shards=S,
 carries the buckets whose index is s modulo S. A receiver is covered when, for some S, every
 shard 0..S-1 reaches it exactly once; this lets several sources each send a share (no single
 NIC carries everything) and several relays on a node each take a share over their own NIC.
+An engine must be covered. A relay only needs the shares it passes on: each share reaches it at
+most once, and it sends only shares it holds (a relay that is covered may send any share).
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 
@@ -84,8 +87,9 @@ class Plan:
         return Counter(r.transport for r in self.routes)
 
     def check(self) -> None:
-        """Every engine and relay is covered exactly once; only sources and relays send; nothing
-        waits on itself. Raises ValueError naming the first endpoint that breaks a rule."""
+        """Every engine is covered exactly once, every relay receives each share it forwards exactly
+        once; only sources and relays send; nothing waits on itself. Raises ValueError naming the
+        first endpoint that breaks a rule."""
         for route in self.routes:
             for name in (route.sender, route.receiver):
                 self.endpoint(name)
@@ -94,27 +98,37 @@ class Plan:
             if self.endpoints[route.receiver].role == "source":
                 raise ValueError(f"route {route.sender} -> {route.receiver}: a source does not receive")
         for endpoint in self.endpoints.values():
-            if endpoint.role != "source":
+            if endpoint.role == "engine":
                 _check_covered(endpoint.name, self.routes_into(endpoint.name))
+            elif endpoint.role == "relay":
+                _check_relay(endpoint.name, self.routes_into(endpoint.name), self.routes_from(endpoint.name))
         self._check_acyclic()
 
     def _check_acyclic(self) -> None:
-        feeds = defaultdict(set)
-        for route in self.routes:
-            feeds[route.receiver].add(route.sender)
-        done: set[str] = set()
+        """No bucket comes back to where it has been. Checked per bucket (the routes that carry
+        bucket b, for b over one period of every split): relays forward bucket by bucket, so a
+        relay may send one share to an endpoint that sends it another (two hosts each inner in
+        the other's share tree) without anything waiting on itself."""
+        period = math.lcm(*(r.shards for r in self.routes)) if self.routes else 1
+        for bucket in range(period):
+            feeds = defaultdict(set)
+            for route in self.routes:
+                if route.carries(bucket):
+                    feeds[route.receiver].add(route.sender)
+            done: set[str] = set()
 
-        def visit(name: str, path: tuple[str, ...]) -> None:
-            if name in path:
-                raise ValueError(f"routes form a cycle: {' -> '.join((*path, name))}")
-            if name in done:
-                return
-            for sender in feeds[name]:
-                visit(sender, (*path, name))
-            done.add(name)
+            def visit(name: str, path: tuple[str, ...], feeds=feeds, done=done, bucket=bucket) -> None:
+                if name in path:
+                    where = f" (bucket {bucket} of every {period})" if period > 1 else ""
+                    raise ValueError(f"routes form a cycle{where}: {' -> '.join((*path, name))}")
+                if name in done:
+                    return
+                for sender in feeds[name]:
+                    visit(sender, (*path, name))
+                done.add(name)
 
-        for name in self.endpoints:
-            visit(name, ())
+            for name in self.endpoints:
+                visit(name, ())
 
     def to_dict(self) -> dict:
         return {
@@ -140,13 +154,24 @@ class Plan:
             if endpoint.role == "source":
                 continue
             where = f"{endpoint.host}/" + (",".join(f"gpu{g}" for g in endpoint.gpus) or "cpu")
-            hops = "; ".join(
-                f"{r.sender} --{r.transport}[{r.link}]-->" + (f" share {r.shard}/{r.shards}" if r.shards > 1 else "")
-                for r in self.routes_into(endpoint.name)
-            )
-            lines.append(f"  {endpoint.role} {endpoint.name} @ {where}: {hops}")
+            lines.append(f"  {endpoint.role} {endpoint.name} @ {where}: {_hops(self.routes_into(endpoint.name))}")
         lines.extend(f"  note: {note}" for note in self.notes)
         return "\n".join(lines)
+
+
+def _hops(routes: list[Route]) -> str:
+    """Each route into a receiver; beyond three, a count per transport and link (a host's relays
+    each feed every engine of it one share)."""
+    if len(routes) <= 3:
+        return "; ".join(
+            f"{r.sender} --{r.transport}[{r.link}]-->" + (f" share {r.shard}/{r.shards}" if r.shards > 1 else "") for r in routes
+        )
+    kinds = Counter(f"{r.transport}[{r.link}]" for r in routes)
+    senders = list(dict.fromkeys(r.sender for r in routes))
+    return (
+        f"{len(routes)} shares of {routes[0].shards} from {len(senders)} sender(s) ({senders[0]} .. {senders[-1]}): "
+        + ", ".join(f"{n} {kind}" for kind, n in kinds.items())
+    )
 
 
 def _check_covered(receiver: str, routes: list[Route]) -> None:
@@ -161,3 +186,26 @@ def _check_covered(receiver: str, routes: list[Route]) -> None:
     twice = [s for s, n in seen.items() if n > 1]
     if missing or twice:
         raise ValueError(f"{receiver}: shares {missing} of {count} reach it never, shares {twice} more than once")
+
+
+def _check_relay(relay: str, into: list[Route], out: list[Route]) -> None:
+    """A relay holding shares H of an S-way split can send share s of an S'-way split when S
+    divides S' and s % S is in H: exactly the buckets it holds (bucket b is in share b % S)."""
+    if not into:
+        raise ValueError(f"{relay} receives nothing: no route reaches it")
+    shards = {r.shards for r in into}
+    if len(shards) != 1:
+        raise ValueError(f"{relay} is reached by routes split {sorted(shards)} ways; one split per receiver")
+    (count,) = shards
+    seen = Counter(r.shard for r in into)
+    twice = sorted(s for s, n in seen.items() if n > 1)
+    if twice:
+        raise ValueError(f"{relay}: shares {twice} of {count} reach it more than once")
+    if len(seen) == count:
+        return
+    for route in out:
+        if route.shards % count or route.shard % count not in seen:
+            raise ValueError(
+                f"route {relay} -> {route.receiver} forwards share {route.shard}/{route.shards}, "
+                f"but {relay} only receives shares {sorted(seen)} of {count}"
+            )
