@@ -14,6 +14,7 @@ BENCHMARKS = {
     "train": "trainer vs a plain HF training loop",
     "agentflow": "router overhead per turn vs the engine's /generate (--engines N: N engines vs 1, affinity vs none)",
     "async": "sync vs fully_async on an agentic workload (--simulate: a GPU-cluster model)",
+    "transfer": "weight transfer (--simulate: seed route, flat broadcast and our plan vs the link bound, 8-128 hosts)",
 }
 # `async` is a keyword, so its module has another name.
 MODULES = {"async": "asynchrony"}
