@@ -1,0 +1,735 @@
+"""Event model of one weight update on a GPU cluster: how long it takes to deliver every bucket
+to every engine GPU along a route plan, against a physical lower bound.
+
+Pure: numpy only, no Ray, no torch. `python -m loongsage.bench transfer --simulate` drives it
+(loongsage/bench/transfer_simulate.py); tests in tests/unit/transfer/test_simulate.py.
+
+What is modelled
+----------------
+A transfer is a set of *flows*. A flow is one hop (a sender's GPU or host to a receiver's GPU
+or host) carrying a stream of buckets in order; it uses a list of physical resources (a NIC's
+outgoing side, a GPU's NVLink ingress, a GPU's HBM for a copy...), each with a bandwidth.
+Plans are compiled into flows (`plan_flows`):
+- a source first *packs* each bucket it sends (one HBM copy into a flat buffer);
+- a route into an endpoint with several GPUs (an engine with tensor parallelism: every rank
+  takes in the full tensors, see routes.Endpoint) is, for the collective transports (nccl,
+  gloo), a pipelined chain sender -> gpu1 -> gpu2 -> ... (how NCCL's ring broadcast moves
+  data: each byte crosses each hop once), and for the point-to-point ones (cuda_ipc, shm,
+  inline) one copy from the sender to each rank;
+- a relay forwards what it received; each engine GPU finally *loads* each bucket (one HBM
+  copy from the receive buffer into the parameters).
+
+Contention: flows that share a resource split its bandwidth max-min fairly (progressive
+filling; a flow also has its own cap when it has caught up with its upstream, see below).
+Why max-min and not per-bucket serialisation on each resource: real NICs, NVLink ports and
+copy engines interleave concurrent transfers at packet/chunk granularity (hundreds of KB, far
+below a bucket), so two streams on one NIC each get about half of it at the same time; a
+per-bucket serialisation would let one stream finish a whole bucket first, which no transport
+does, and its result would depend on the order in which the model lists the flows. Max-min
+is the standard fluid model of flow-level networks (Bertsekas & Gallager, Data Networks,
+ch. 6.5; SimGrid's network model), and with equal flows it gives each 1/n of the link.
+
+Pipelining: store and forward at bucket granularity. A flow may send bucket k once its
+sender holds bucket k: a flow whose sender is fed by upstream flows can at any time have
+sent at most (progress of the slowest upstream - one bucket), as fractions of their bytes
+(buckets are interleaved by index, routes.Route shares, so progress fractions compare; the
+"one bucket" is the coarser of the two flows' buckets). So a relay forwards bucket k while it
+receives k + 1, a source packs k + 1 while k is on the wire, and an engine loads k while k + 1
+arrives. Unlimited buffering at relays (a relay never stalls its upstream); a chain of H equal
+hops then takes M / bw + (H - 1) * (bucket / bw + latency) + latency.
+
+Latency: each hop has the latency of its link class (the topology model's table). A flow
+starts `latency` after its upstream delivered its first bucket, and sends its last bucket
+`latency` after its upstream delivered its last one; in between a transport keeps several
+messages in flight (NCCL's chunk steps, RDMA work queues), so latency is paid once per hop on
+the critical path, not once per bucket. Per-bucket software costs (an HTTP call per bucket,
+Python per tensor, kernel launches) are not modelled, for any strategy.
+
+The fluid model moves from event to event (a flow starts, finishes, catches up with its
+upstream, or an upstream's last bucket lands); between events every rate is constant and
+rates are recomputed by max-min over the flows running then.
+
+The strategies compared (see `Scenario` for the cluster and `seed_nccl_seconds`):
+(a) seed: the reference implementation's route. Source rank 0 (trainer GPU 0) gathers each
+    1 GiB bucket, then NCCL-broadcasts it to every engine GPU (one communicator: rank 0 plus
+    every engine GPU, rank 0's own engine on the same GPU gets a CUDA IPC handle instead), the
+    engines load it, then the next bucket: nothing overlaps. NCCL runs broadcast only with its
+    ring algorithm (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel: for any collective but
+    all-reduce only NCCL_ALGO_RING is costed): data pipelined in chunks around a ring of all
+    ranks, so its bandwidth is the slowest hop's and its time is NCCL's own model,
+    time = baseLat + nRanks * hwLat + bytes / busBw, with baseLat(Ring, Simple) = 8.4 us and
+    hwLat(NET, Ring, Simple) = 9.6 us per step (same file). busBw = the bandwidth of the
+    narrowest node boundary of the ring: a node contributes the NICs local to its GPUs in
+    the communicator (a DGX-class node has one NIC per GPU on the GPU's PCIe switch; a GPU
+    reaches the network through its own PCIe link, and borrowing a peer's NIC over NVLink,
+    PXN, needs that peer in the communicator). Disaggregated, rank 0 is the only GPU of its
+    node in the communicator: every byte leaves through one 400 Gb/s NIC (50 GB/s). The
+    gather is modelled in rank 0's favour: each bucket rank 0 does not hold comes in over
+    min(its NVLink ingress, its node's NICs), as if the export were perfectly parallel.
+(b) flat: every holder of a shard of the weights sends its share straight to every engine
+    GPU (one replica per shard per receiver, replicas taking turns), no relays: same event model.
+(c) plan: the planner's plan (`planner.plan_routes`) compiled into flows, same event model.
+
+Lower bound (`lower_bound`): plan-independent, physical, max of
+ 1. each engine GPU must take in every byte of the model it does not already hold (each rank
+    takes in the full tensors, routes.Endpoint) through its ingress ports (NVLink in + PCIe in);
+ 2. each node that has engine GPUs must take in, through its NICs' total ingress, every byte
+    that no GPU on it holds;
+ 3. every shard that some engine node lacks must leave the nodes holding it through their
+    NICs' total egress at least once; and all the bytes that nodes without them need must
+    leave the holding nodes: (bytes of the model not held by every node) / (total NIC egress of
+    the nodes holding shards), when the holders are disjoint from the engine nodes.
+It ignores latency and pipeline fill (the first bucket's trip), so no plan reaches it exactly;
+with B buckets in flight per route and H hops, the gap is about H buckets' time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from loongsage.transfer.routes import Endpoint, Plan, Route
+
+GB = 1e9
+GiB = 2**30
+MiB = 2**20
+INF = math.inf
+_TOL = 1e-9  # relative: a flow within this fraction of its bound has caught up
+
+
+# ----------------------------------------------------------------------------------------------
+# The event model over flows
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Flow:
+    """One hop carrying a stream of `buckets` buckets, `gb` gigabytes in all (1e9 bytes).
+    `resources`: (name, GB/s) it uses at once; `latency`: seconds of its link; `upstream`:
+    indices of the flows that bring its buckets to its sender (empty: the sender holds them at
+    time 0); `cap`: its own rate limit in GB/s."""
+
+    name: str
+    gb: float
+    buckets: int
+    resources: tuple[tuple[str, float], ...]
+    latency: float = 0.0
+    upstream: tuple[int, ...] = ()
+    cap: float = INF
+
+
+@dataclass
+class FlowResult:
+    seconds: float  # when the last flow's last bucket has landed (finish + latency)
+    finished: np.ndarray  # per flow: when it sent its last byte
+    delivered: np.ndarray  # per flow: finished + latency
+    events: int
+
+
+def max_min_rates(
+    live: np.ndarray,
+    caps: np.ndarray,
+    inc_flow: np.ndarray,
+    inc_res: np.ndarray,
+    capacity: np.ndarray,
+    inc_weight: np.ndarray | None = None,
+) -> np.ndarray:
+    """Max-min fair rates by progressive filling: every live flow's rate grows at the same pace
+    until a resource it uses is full or it reaches its cap; then it is frozen and the others go
+    on. `inc_flow[i], inc_res[i]`: flow uses resource, `inc_weight[i]` times its rate (a route into
+    an engine of several GPUs crosses its first GPU's NVLink port once per other GPU)."""
+    if inc_weight is None:
+        inc_weight = np.ones(len(inc_flow))
+    nflows = len(caps)
+    rate = np.zeros(nflows)
+    frozen = ~live | (caps <= 0)
+    remaining = capacity.astype(float).copy()
+    for _ in range(nflows + len(capacity) + 1):
+        if frozen.all():
+            break
+        open_uses = ~frozen[inc_flow]
+        counts = np.bincount(inc_res[open_uses], weights=inc_weight[open_uses], minlength=len(capacity))
+        used = counts > 0
+        step = INF
+        if used.any():
+            step = float(np.min(remaining[used] / counts[used]))
+        headroom = caps[~frozen] - rate[~frozen]
+        step = min(step, float(np.min(headroom)))
+        step = max(step, 0.0)
+        rate[~frozen] += step
+        remaining -= step * counts
+        full = used & (remaining <= 1e-9 * capacity)
+        newly = np.zeros(nflows, dtype=bool)
+        newly[inc_flow[open_uses & full[inc_res]]] = True
+        newly |= rate >= caps * (1 - 1e-12)
+        if not (newly & ~frozen).any():  # nothing limits the rest: no resource and no cap
+            break
+        frozen |= newly
+    return rate
+
+
+def run_flows(flows: Sequence[Flow], max_events: int = 200_000) -> FlowResult:
+    """Fluid event simulation of the flows (see the module docstring). Returns when the last
+    bucket of the last flow has landed."""
+    n = len(flows)
+    if n == 0:
+        return FlowResult(0.0, np.zeros(0), np.zeros(0), 0)
+    gb = np.array([f.gb for f in flows], dtype=float)
+    nb = np.array([max(1, f.buckets) for f in flows], dtype=float)
+    lat = np.array([f.latency for f in flows], dtype=float)
+    own_cap = np.array([f.cap for f in flows], dtype=float)
+    res_index: dict[str, int] = {}
+    res_cap: list[float] = []
+    inc_f, inc_r, inc_w = [], [], []
+    for i, f in enumerate(flows):
+        if not f.resources and f.cap == INF:
+            raise ValueError(f"flow {f.name}: no resource and no cap, its rate would be unbounded")
+        uses: dict[int, int] = defaultdict(int)
+        for name, bw in f.resources:
+            if bw <= 0:
+                raise ValueError(f"flow {f.name}: resource {name} has bandwidth {bw}")
+            if name not in res_index:
+                res_index[name] = len(res_cap)
+                res_cap.append(bw)
+            uses[res_index[name]] += 1  # listed n times: carries the bytes n times
+        for r, w in uses.items():
+            inc_f.append(i)
+            inc_r.append(r)
+            inc_w.append(float(w))
+    capacity = np.array(res_cap, dtype=float)
+    inc_flow = np.array(inc_f, dtype=np.int64)
+    inc_res = np.array(inc_r, dtype=np.int64)
+    inc_weight = np.array(inc_w, dtype=float)
+
+    kmax = max(1, max(len(f.upstream) for f in flows))
+    up = np.full((n, kmax), -1, dtype=np.int64)
+    for i, f in enumerate(flows):
+        for j, u in enumerate(f.upstream):
+            if not 0 <= u < n or u == i:
+                raise ValueError(f"flow {f.name}: upstream {u} is not another flow")
+            up[i, j] = u
+    has_up = up >= 0
+    upc = np.where(has_up, up, 0)
+    # store and forward: the downstream lags by the coarser of the two flows' buckets
+    lag = np.where(has_up, np.maximum(1.0 / nb[:, None], 1.0 / nb[upc]), 0.0)
+    no_upstream = ~has_up.any(axis=1)
+
+    sent = np.zeros(n)
+    rate = np.zeros(n)
+    WAITING, READY, RUNNING, DONE = 0, 1, 2, 3
+    state = np.full(n, WAITING)
+    ready_at = np.full(n, INF)
+    finished = np.full(n, INF)
+    delivered = np.full(n, INF)
+    t = 0.0
+    # sources of the stream start at once
+    state[no_upstream] = RUNNING
+    ready_at[no_upstream] = 0.0
+
+    def bounds(now: float) -> tuple[np.ndarray, np.ndarray]:
+        """Per (flow, upstream): the fraction of the flow's bytes it may have sent by now and
+        how fast that grows (fraction per second)."""
+        frac_u = sent[upc] / gb[upc]
+        done_u = state[upc] == DONE
+        landed_u = done_u & (delivered[upc] <= now + 1e-15)
+        allow = np.where(landed_u, 1.0, frac_u - lag)
+        allow = np.where(done_u & ~landed_u, np.minimum(allow, 1.0 - lag), allow)
+        slope = np.where(done_u, 0.0, rate[upc] / gb[upc])
+        allow = np.where(has_up, allow, INF)
+        slope = np.where(has_up, slope, INF)
+        return allow, slope
+
+    events = 0
+    while (state != DONE).any():
+        events += 1
+        if events > max_events:
+            raise RuntimeError(f"simulation did not finish in {max_events} events")
+        allow, slope = bounds(t)
+        amin = allow.min(axis=1)
+        allowed = np.minimum(amin, 1.0) * gb
+        # waiting flows whose upstreams all have a first bucket: ready after the link latency
+        waiting = state == WAITING
+        go = waiting & (amin >= -1e-12)
+        if go.any():
+            # the first bucket lands one link latency after it was sent (an upstream whose
+            # last bucket has landed already paid it)
+            landed = (state[upc] == DONE) & (delivered[upc] <= t + 1e-15)
+            up_lat = np.where(has_up & ~landed, lat[upc], 0.0).max(axis=1)
+            ready_at[go] = t + up_lat[go]
+            state[go] = READY
+        start = (state == READY) & (ready_at <= t + 1e-15)
+        state[start] = RUNNING
+        running = state == RUNNING
+        # a running flow that has caught up with its upstream runs no faster than it grows
+        tol = _TOL * gb
+        caught = running & ~no_upstream & (sent >= allowed - tol)
+        binding = np.isclose(allow, amin[:, None], rtol=0, atol=1e-12) & has_up
+        # caps from upstream rates, iterated to a fixed point (upstream rates depend on theirs)
+        for _ in range(64):
+            bslope = np.where(binding, np.where(has_up, rate[upc] / gb[upc], INF), INF)
+            bslope = np.where(binding & (state[upc] == DONE), 0.0, bslope)
+            track = bslope.min(axis=1) * gb
+            caps = np.where(caught, np.minimum(own_cap, track), own_cap)
+            new_rate = max_min_rates(running, caps, inc_flow, inc_res, capacity, inc_weight)
+            if np.allclose(new_rate, rate, rtol=1e-9, atol=1e-12):
+                rate = new_rate
+                break
+            rate = new_rate
+        allow, slope = bounds(t)
+        # next event
+        dt = INF
+        moving = running & (rate > 0)
+        if moving.any():
+            dt = min(dt, float(np.min((gb[moving] - sent[moving]) / rate[moving])))
+        # a free flow catching up with one of its upstream bounds
+        free = moving & ~caught & ~no_upstream
+        if free.any():
+            gap = allow[free] * gb[free, None] - sent[free, None]
+            closing = rate[free, None] - slope[free] * gb[free, None]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                when = np.where((closing > 1e-15) & has_up[free], np.maximum(gap, 0.0) / closing, INF)
+            dt = min(dt, float(when.min()))
+        # a caught-up flow's binding bound overtaken by another, slower-growing one
+        if caught.any():
+            rows = caught & (has_up.sum(axis=1) > 1)
+            if rows.any():
+                a = allow[rows]
+                s = slope[rows]
+                amin_r = a.min(axis=1, keepdims=True)
+                smin_r = np.where(np.isclose(a, amin_r, atol=1e-12), s, INF).min(axis=1, keepdims=True)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    when = np.where((smin_r - s > 1e-15) & (a > amin_r + 1e-12), (a - amin_r) / (smin_r - s), INF)
+                dt = min(dt, float(when.min()))
+        # a waiting flow's upstream reaching its first bucket
+        if (state == WAITING).any():
+            w = state == WAITING
+            need = has_up[w] & (allow[w] < -1e-12)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                when = np.where(need & (slope[w] > 0), -allow[w] / slope[w], np.where(need, INF, 0.0))
+            dt = min(dt, float(when.max(axis=1).min()))
+        pending = (state == READY) & np.isfinite(ready_at)
+        if pending.any():
+            dt = min(dt, float(np.min(ready_at[pending] - t)))
+        landing = (state == DONE) & (delivered > t + 1e-15)
+        if landing.any():
+            dt = min(dt, float(np.min(delivered[landing] - t)))
+        if not math.isfinite(dt):
+            stuck = [flows[i].name for i in np.flatnonzero(state != DONE)[:5]]
+            raise RuntimeError(f"simulation stalled at t={t:.6g} s; flows waiting: {stuck}")
+        dt = max(dt, 0.0)
+        sent = np.minimum(sent + rate * dt, gb)
+        t += dt
+        # a tracking flow never overshoots its bound (floating error)
+        allow, _ = bounds(t)
+        cap_bytes = np.minimum(allow.min(axis=1), 1.0) * gb
+        sent = np.where(no_upstream, sent, np.minimum(sent, np.maximum(cap_bytes, 0.0)))
+        just_done = (state == RUNNING) & (sent >= gb * (1 - 1e-12))
+        sent[just_done] = gb[just_done]
+        finished[just_done] = t
+        delivered[just_done] = t + lat[just_done]
+        state[just_done] = DONE
+        rate[just_done] = 0.0
+    return FlowResult(float(delivered.max()), finished, delivered, events)
+
+
+# ----------------------------------------------------------------------------------------------
+# Plans as flows
+# ----------------------------------------------------------------------------------------------
+
+_COPY = "same_device"  # the link class of a copy inside one GPU's memory
+
+
+class Fabric(Protocol):
+    """What the simulator reads from a topology model (topology_model.TopologyModel)."""
+
+    def resources(self, sender: Endpoint, receiver: Endpoint, link: str | None = None) -> list[tuple[str, float]]: ...
+
+    def link_spec(self, cls: str) -> LinkLike: ...
+
+
+class LinkLike(Protocol):
+    gbps: float
+    latency_s: float
+
+
+def buckets_of(model_bytes: float, bucket_bytes: float) -> tuple[int, float]:
+    """(number of buckets, GB per bucket): the model cut into equal buckets of at most `bucket_bytes`."""
+    if model_bytes <= 0 or bucket_bytes <= 0:
+        raise ValueError(f"model bytes ({model_bytes}) and bucket bytes ({bucket_bytes}) must be > 0")
+    count = max(1, math.ceil(model_bytes / bucket_bytes))
+    return count, model_bytes / count / GB
+
+
+def _share_count(count: int, shard: int, shards: int) -> int:
+    return len(range(shard, count, shards))
+
+
+def _overlap(a: int, a_of: int, b: int, b_of: int) -> bool:
+    """Do shares a of a_of and b of b_of (bucket index modulo) have a bucket in common?"""
+    return (a - b) % math.gcd(a_of, b_of) == 0
+
+
+def _route_order(plan: Plan) -> list[Route]:
+    """Routes so that every route that brings a sender a bucket comes before the routes that pass
+    that bucket on (Plan.check allows two hosts to feed each other different shares, so the order
+    is per share, not per endpoint)."""
+    into: dict[str, list[int]] = defaultdict(list)
+    for i, route in enumerate(plan.routes):
+        into[route.receiver].append(i)
+    needs = [
+        [j for j in into[r.sender] if _overlap(r.shard, r.shards, plan.routes[j].shard, plan.routes[j].shards)]
+        for r in plan.routes
+    ]
+    order: list[int] = []
+    state = [0] * len(plan.routes)  # 0 unseen, 1 on the stack, 2 placed
+    for first in range(len(plan.routes)):
+        stack = [(first, iter(needs[first]))]
+        if state[first]:
+            continue
+        state[first] = 1
+        while stack:
+            i, pending = stack[-1]
+            j = next(pending, None)
+            if j is None:
+                stack.pop()
+                state[i] = 2
+                order.append(i)
+            elif state[j] == 1:
+                r = plan.routes[j]
+                raise ValueError(
+                    f"routes pass a share around a cycle through {r.sender} -> {r.receiver} (share {r.shard}/{r.shards})"
+                )
+            elif state[j] == 0:
+                state[j] = 1
+                stack.append((j, iter(needs[j])))
+    return [plan.routes[i] for i in order]
+
+
+def plan_flows(plan: Plan, fabric: Fabric, model_bytes: float, bucket_bytes: float) -> list[Flow]:
+    """One flow per route (its resources from the topology model: a route into an engine of several
+    GPUs lists each GPU's share of the path), then one *load* flow per engine that received into a
+    buffer: each of its GPUs copies every bucket into the parameters (HBM, pipelined with the
+    arrival of the next). A same-device cuda_ipc route is itself that copy, so it has no load.
+    Sources hold every bucket at time 0 (module docstring)."""
+    plan.check()
+    count, bucket_gb = buckets_of(model_bytes, bucket_bytes)
+    flows: list[Flow] = []
+    into: dict[str, list[tuple[int, Route]]] = defaultdict(list)
+    for route in _route_order(plan):
+        buckets = _share_count(count, route.shard, route.shards)
+        if buckets == 0:
+            continue
+        sender, receiver = plan.endpoint(route.sender), plan.endpoint(route.receiver)
+        upstream: tuple[int, ...] = ()
+        if sender.role != "source":
+            upstream = tuple(i for i, r in into[sender.name] if _overlap(route.shard, route.shards, r.shard, r.shards))
+            if not upstream:
+                raise ValueError(f"route {route.sender} -> {route.receiver}: the sender receives none of share {route.shard}")
+        resources = tuple(fabric.resources(sender, receiver, route.link))
+        name = f"{route.sender}->{route.receiver}" + (f" {route.shard}/{route.shards}" if route.shards > 1 else "")
+        into[receiver.name].append((len(flows), route))
+        flows.append(Flow(name, buckets * bucket_gb, buckets, resources, fabric.link_spec(route.link).latency_s, upstream))
+    copy = fabric.link_spec(_COPY)
+    for engine in plan.by_role("engine"):
+        buffered = [i for i, r in into[engine.name] if r.link != _COPY]
+        if not buffered or not engine.gpus:
+            continue
+        flows.append(
+            Flow(
+                f"load {engine.name}",
+                sum(flows[i].gb for i in buffered),
+                sum(flows[i].buckets for i in buffered),
+                tuple((f"{engine.host}/gpu{g}:hbm", copy.gbps) for g in engine.gpus),
+                copy.latency_s,
+                tuple(buffered),
+            )
+        )
+    return flows
+
+
+def simulate_plan(plan: Plan, fabric: Fabric, model_bytes: float, bucket_bytes: float) -> FlowResult:
+    """Seconds until every engine GPU holds every bucket of the model, along `plan`."""
+    return run_flows(plan_flows(plan, fabric, model_bytes, bucket_bytes))
+
+
+# ----------------------------------------------------------------------------------------------
+# The seed's route: NCCL ring broadcast from rank 0, 1 GiB buckets one after another
+# ----------------------------------------------------------------------------------------------
+
+# NVIDIA/nccl src/graph/tuning.cc: baseLat[Ring][Simple] and hwLat[NET | NVLINK][Ring][Simple], in us.
+NCCL_RING_BASE_LAT_S = 8.4e-6
+NCCL_RING_STEP_LAT_S = {"net": 9.6e-6, "nvlink": 3.4e-6}
+SEED_BUCKET_BYTES = GiB
+
+
+@dataclass
+class SeedEstimate:
+    seconds: float
+    buckets: int
+    nccl_ranks: int
+    ring_gbps: float
+    per_bucket_s: float
+    ipc_engines_gpus: int
+
+
+def seed_nccl_seconds(topology, sources: list[Endpoint], engines: list[Endpoint], model_bytes: float) -> SeedEstimate:
+    """The reference implementation's route (module docstring, strategy a): an engine GPU that has a
+    sender (any source) on the same GPU takes a CUDA IPC handle (one HBM copy per bucket), every
+    other engine GPU is a rank of one NCCL communicator rooted at source rank 0 (`sources[0]`).
+    Per 1 GiB bucket, nothing overlapping: NCCL ring broadcast (NCCL's own cost model, see the
+    constants), then the engines copy it into their parameters (update_weights_from_distributed
+    returns after loading). Bucket k + 1 starts when bucket k is loaded everywhere."""
+    rank0 = sources[0]
+    if not rank0.gpus:
+        raise ValueError(f"seed route: source rank 0 ({rank0.name}) has no GPU; NCCL needs one")
+    source_gpus = {(s.host, g) for s in sources for g in s.gpus}
+    engine_gpus = sorted({(e.host, g) for e in engines for g in e.gpus})
+    ipc = [p for p in engine_gpus if p in source_gpus]
+    ranks = [p for p in engine_gpus if p not in source_gpus]
+    copy_gbps = topology.link_spec(_COPY).gbps
+    count = max(1, math.ceil(model_bytes / SEED_BUCKET_BYTES))
+    sizes_gb = [SEED_BUCKET_BYTES / GB] * (count - 1) + [(model_bytes - (count - 1) * SEED_BUCKET_BYTES) / GB]
+    members: dict[str, set[int]] = defaultdict(set)
+    members[rank0.host].add(rank0.gpus[0])
+    for host, gpu in ranks:
+        members[host].add(gpu)
+    nodes = len(members)
+    if nodes > 1:
+        # every node boundary of the ring goes through the NICs local to the node's ranks
+        ring = min(_local_nic_gbps(topology, h, gpus) for h, gpus in members.items())
+        ring = min(ring, topology.link_spec("nvlink").gbps)  # each rank forwards every byte over NVLink
+        step = NCCL_RING_STEP_LAT_S["net"]
+    else:
+        ring = topology.link_spec("nvlink").gbps
+        step = NCCL_RING_STEP_LAT_S["nvlink"]
+    nranks = 1 + len(ranks)
+    total = 0.0
+    per_bucket = 0.0
+    for size in sizes_gb:
+        bcast = (NCCL_RING_BASE_LAT_S + nranks * step + size / ring + size / copy_gbps) if ranks else 0.0
+        t = max(bcast, size / copy_gbps if ipc else 0.0)
+        per_bucket = max(per_bucket, t)
+        total += t
+    return SeedEstimate(total, count, nranks if ranks else 0, ring if ranks else 0.0, per_bucket, len(ipc))
+
+
+def _local_nic_gbps(topology, host: str, gpus: set[int]) -> float:
+    nics = {topology.nic_of(host, g) for g in gpus} - {None}
+    return sum(topology.nic_gbps(host, n) for n in nics) if nics else topology.tcp_gbps(host)
+
+
+# ----------------------------------------------------------------------------------------------
+# The flat broadcast: every engine straight from the sources, no relays
+# ----------------------------------------------------------------------------------------------
+
+
+def flat_plan(topology, sources: list[Endpoint], engines: list[Endpoint], shares: int = 8) -> Plan:
+    """Strategy b: each engine takes the model in `shares` shares (at most one per source), share k
+    of engine e from source (e * shares + k) mod len(sources): the sources take turns, each
+    sending its shares straight to the engines, over the best transport between the two
+    (transport_choice.best_option, the planner's own rule), with no relay and no regard for hosts."""
+    from loongsage.transfer.transport_choice import best_option
+
+    shares = max(1, min(shares, len(sources)))
+    routes = []
+    for e, engine in enumerate(engines):
+        for k in range(shares):
+            source = sources[(e * shares + k) % len(sources)]
+            option = best_option(topology, source, engine)
+            if option is None:
+                raise ValueError(f"flat broadcast: no transport from {source.name} to {engine.name}")
+            routes.append(Route(source.name, engine.name, option.transport, option.link, k, shares))
+    plan = Plan({e.name: e for e in (*sources, *engines)}, routes, [f"flat: {shares} share(s) per engine from the sources"])
+    plan.check()
+    return plan
+
+
+# ----------------------------------------------------------------------------------------------
+# The lower bound
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Bound:
+    seconds: float
+    term: str  # which constraint binds
+    terms: dict[str, float] = field(default_factory=dict)
+
+
+def lower_bound(topology, sources: list[Endpoint], engines: list[Endpoint], model_bytes: float) -> Bound:
+    """Plan-independent physical bound (module docstring), with every source holding the whole model:
+      gpu_ingress   an engine GPU with no source on it takes in M through NVLink in + PCIe in;
+      copy          every engine GPU writes M into its parameters, one HBM copy (read + write);
+      node_ingress  a host with engine GPUs and no source takes in M through all its NICs;
+      source_egress when some engine host has no source, M leaves the sources' hosts through all their NICs.
+    Each term is bytes / bandwidth; the bound is the largest."""
+    m = model_bytes / GB
+    source_gpus = {(s.host, g) for s in sources for g in s.gpus}
+    source_hosts = {s.host for s in sources}
+    terms: dict[str, float] = {}
+    copy = topology.link_spec(_COPY).gbps
+    pcie = topology.link_spec("pcie").gbps
+
+    def put(key: str, seconds: float) -> None:
+        terms[key] = max(terms.get(key, 0.0), seconds)
+
+    def nic_total(host: str) -> float:
+        nics = topology.rdma_nics(host)
+        return sum(topology.nic_gbps(host, n) for n in nics) if nics else topology.tcp_gbps(host)
+
+    engine_hosts = set()
+    for engine in engines:
+        engine_hosts.add(engine.host)
+        for g in engine.gpus:
+            put("copy", m / copy)
+            if (engine.host, g) not in source_gpus:
+                put("gpu_ingress", m / (_nvlink_in_gbps(topology, engine.host, g) + pcie))
+    bare = [h for h in engine_hosts if h not in source_hosts]
+    for host in bare:
+        put("node_ingress", m / nic_total(host))
+    if bare:
+        put("source_egress", m / sum(nic_total(h) for h in source_hosts))
+    term = max(terms, key=terms.get) if terms else "none"
+    return Bound(terms.get(term, 0.0), term, terms)
+
+
+def _nvlink_in_gbps(topology, host: str, gpu: int) -> float:
+    """The GPU's NVLink ingress as the topology model states it (0 with no NVLink peer)."""
+    peers = [g for g in range(len(topology.node(host).gpus)) if g != gpu]
+    for peer in peers:
+        if topology.node(host).link(peer, gpu).startswith("NV"):
+            a = Endpoint("bound/a", "relay", host, (peer,))
+            b = Endpoint("bound/b", "relay", host, (gpu,))
+            for name, gbps in topology.resources(a, b, "nvlink"):
+                if name.endswith(f"gpu{gpu}:nvlink_in"):
+                    return gbps
+    return 0.0
+
+
+# ----------------------------------------------------------------------------------------------
+# Configurations: models, layouts, the three strategies side by side
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """`engine_gpus`: GPUs of one engine on one host (routes.Endpoint lives on one host; an engine
+    spanning hosts is one endpoint per host, each of its ranks still taking the full tensors)."""
+
+    name: str
+    params: float
+    bytes_per_param: float
+    engine_gpus: int
+    note: str
+
+    @property
+    def bytes(self) -> float:
+        return self.params * self.bytes_per_param
+
+
+MODELS = {
+    "7B": ModelSpec("7B", 7e9, 2, 1, "bf16 14 GB; engines tp1 (one per GPU)"),
+    "70B": ModelSpec("70B", 70e9, 2, 8, "bf16 140 GB; engines tp8 (one per host, 17.5 GB of weights per GPU)"),
+    "1T": ModelSpec(
+        "1T",
+        1e12,
+        2,
+        8,
+        "bf16 2 TB; engines tp32 over 4 hosts (62.5 GB of weights per 141-GB H200), one endpoint per host",
+    ),
+}
+LAYOUTS = ("disaggregated", "colocated")
+TRAINER_FRACTION = 0.25  # disaggregated: the first quarter of the hosts train
+
+
+def default_bucket_bytes(model_bytes: float) -> float:
+    """Our bucket size: about 1/1024 of the model, a power of two between 16 MiB and 256 MiB.
+    A pipeline of H hops pays about H buckets' time on top of M / bandwidth, so buckets must be
+    small next to the model; below ~16 MiB per-bucket costs the model leaves out would grow."""
+    target = model_bytes / 1024
+    size = 16 * MiB
+    while size * 2 <= min(target, 256 * MiB):
+        size *= 2
+    return float(size)
+
+
+def layout_endpoints(
+    topology, layout: str, model: ModelSpec, trainer_hosts: int | None = None
+) -> tuple[list[Endpoint], list[Endpoint]]:
+    """(sources, engines) on the topology's hosts. disaggregated: the first `trainer_hosts` hosts
+    (default a quarter, at least one) hold one source per GPU, the others one engine per
+    `model.engine_gpus` GPUs; colocated: every GPU holds a source and belongs to an engine."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r} is not one of {LAYOUTS}")
+    hosts = topology.hosts()
+    if layout == "disaggregated":
+        n_train = trainer_hosts if trainer_hosts is not None else max(1, round(len(hosts) * TRAINER_FRACTION))
+        if not 0 < n_train < len(hosts):
+            raise ValueError(f"disaggregated layout: {n_train} trainer host(s) of {len(hosts)} leaves no engine host")
+        train, serve = hosts[:n_train], hosts[n_train:]
+    else:
+        train, serve = hosts, hosts
+    sources = [Endpoint(f"trainer/{h}/{g}", "source", h, (g,)) for h in train for g in range(len(topology.node(h).gpus))]
+    engines = []
+    for h in serve:
+        gpus = len(topology.node(h).gpus)
+        for first in range(0, gpus - model.engine_gpus + 1, model.engine_gpus):
+            engines.append(Endpoint(f"engine/{h}/{first}", "engine", h, tuple(range(first, first + model.engine_gpus))))
+    return sources, engines
+
+
+@dataclass
+class Comparison:
+    seed_s: float
+    flat_s: float
+    plan_s: float
+    bound: Bound
+    bucket_bytes: float
+    seed: SeedEstimate
+    plan: Plan
+    plan_events: int
+
+    def ratios(self) -> dict[str, float]:
+        b = self.bound.seconds
+        return {"seed": self.seed_s / b, "flat": self.flat_s / b, "plan": self.plan_s / b}
+
+
+def compare(
+    topology,
+    sources: list[Endpoint],
+    engines: list[Endpoint],
+    model_bytes: float,
+    bucket_bytes: float | None = None,
+    plan: Plan | None = None,
+    flat: bool = True,
+) -> Comparison:
+    """The three strategies and the bound for one configuration. `plan`: default
+    planner.plan_routes(topology, sources, engines); `flat=False` skips strategy b (NaN)."""
+    bucket = bucket_bytes or default_bucket_bytes(model_bytes)
+    if plan is None:
+        from loongsage.transfer.planner import plan_routes
+
+        plan = plan_routes(topology, sources, engines)
+    ours = simulate_plan(plan, topology, model_bytes, bucket)
+    flat_s = simulate_plan(flat_plan(topology, sources, engines), topology, model_bytes, bucket).seconds if flat else math.nan
+    seed = seed_nccl_seconds(topology, sources, engines, model_bytes)
+    bound = lower_bound(topology, sources, engines, model_bytes)
+    return Comparison(seed.seconds, flat_s, ours.seconds, bound, bucket, seed, plan, ours.events)
+
+
+def busiest_resources(flows: Sequence[Flow], top: int = 3) -> list[tuple[str, float]]:
+    """(resource, seconds) for the resources a set of flows loads most: bytes put on it (each use
+    counted) / its bandwidth. The largest is what the plan cannot beat however well it pipelines."""
+    load: dict[str, float] = defaultdict(float)
+    cap: dict[str, float] = {}
+    for f in flows:
+        for name, gbps in f.resources:
+            load[name] += f.gb
+            cap[name] = gbps
+    ranked = sorted(((name, load[name] / cap[name]) for name in load), key=lambda item: -item[1])
+    return ranked[:top]
