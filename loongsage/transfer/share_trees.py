@@ -87,8 +87,11 @@ class ShareTrees:
         return seeds
 
     def _tree(self, share: int, shards: int, relay_hosts, queue: deque) -> None:
-        inner = [n for n in range(len(relay_hosts)) if n % shards == share]
-        leaves = [n for n in range(len(relay_hosts)) if n % shards != share]
+        count = len(relay_hosts)
+        inner = [n for n in range(count) if n % shards == share]
+        # Leaves in an order that starts at a different host for each share: with fewer hosts than
+        # shares, the hosts that get a share first (and pass it on) take turns.
+        leaves = [n for n in ((share + k) % count for k in range(count)) if n % shards != share]
         for n in inner + leaves:
             relays = relay_hosts[n][0]
             receiver = relays[share % len(relays)]
@@ -187,7 +190,8 @@ class ShareTrees:
         return f"{sender.host}/tcp"
 
     def _unreachable(self, receiver: Endpoint) -> str:
-        could = sorted({o.transport for s in self.sources for o in options(self.topology, s, receiver)})
+        reach = {o.transport for s in self.sources for o in options(self.topology, s, receiver)}
+        could = [t for t in TRANSPORTS if t in reach]
         where = f"{receiver.host}/" + (",".join(f"gpu{g}" for g in receiver.gpus) or "cpu")
         return (
             f"{receiver.role} {receiver.name} @ {where}: no allowed transport reaches it from any holder of the weights "
