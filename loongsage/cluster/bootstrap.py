@@ -342,6 +342,12 @@ class RayCluster:
     # The IP each node's Ray was started with; None where Ray found it itself.
     node_ips: dict[str, str | None] = field(default_factory=dict)
     workers: dict[str, subprocess.Popen] = field(default_factory=dict)  # node -> its `srun ray start`
+    worker_argv: dict[str, list[str]] = field(default_factory=dict)  # node -> that srun's command
+
+    def start_worker(self, node: str) -> None:
+        process = subprocess.Popen(self.worker_argv[node])
+        self.processes.append(process)
+        self.workers[node] = process
 
     @property
     def address(self) -> str:
@@ -432,9 +438,8 @@ def start_ray(
                 *resources,
                 *ray_ports(allocation.job_id, *slots[node]).start_args(head=False),
             ]
-            process = subprocess.Popen(worker_command(node, worker_args, container, os.getcwd()))
-            cluster.processes.append(process)
-            cluster.workers[node] = process
+            cluster.worker_argv[node] = worker_command(node, worker_args, container, os.getcwd())
+            cluster.start_worker(node)
         wait_for_nodes(cluster, timeout_s)
     except BaseException:
         cluster.stop()
@@ -450,13 +455,25 @@ def wait_for_nodes(cluster: RayCluster, timeout_s: float) -> None:
     # finds no Ray node there).
     ray.init(address=cluster.address, _node_ip_address=cluster.head_ip, log_to_driver=False)
     deadline = time.monotonic() + timeout_s
+    retried: set[str] = set()
     while problems := missing_resources(cluster.allocation, ray.nodes(), cluster.node_ips):
-        for node, process in cluster.workers.items():
-            if process.poll() is not None:
+        for node, process in list(cluster.workers.items()):
+            if process.poll() is None:
+                continue
+            if node in retried:
                 raise RuntimeError(
-                    f"`srun -w {node} ray start` exited with code {process.returncode} before all nodes registered "
+                    f"`srun -w {node} ray start` exited with code {process.returncode} twice before all nodes registered "
                     f"({'; '.join(problems)}); srun's and Ray's messages are above in this job's log"
                 )
+            # Once more: a port of the job's block can be held for a moment by some connection's
+            # ephemeral port (the block lies in the kernel's ephemeral range), and Ray then fails.
+            log.warning(
+                "`srun -w %s ray start` exited with code %s before the node registered; starting it once more",
+                node,
+                process.returncode,
+            )
+            retried.add(node)
+            cluster.start_worker(node)
         if time.monotonic() > deadline:
             raise TimeoutError(f"Ray did not come up on the whole allocation within {timeout_s:.0f} s: " + "; ".join(problems))
         time.sleep(1.0)

@@ -236,3 +236,18 @@ def test_workers_need_srun_where_the_controller_runs(monkeypatch):
         start_ray(allocation, container=ContainerConfig("pyxis", "img"))
     with pytest.raises(ValueError, match="cluster.container.image is empty"):
         start_ray(allocation, container=ContainerConfig("pyxis", ""))
+
+
+def test_a_worker_srun_that_exits_is_started_once_more_then_fails_the_wait(monkeypatch, caplog):
+    import ray
+
+    allocation = Allocation("7", ("node1", "node2"), 2, 2)
+    cluster = bootstrap.RayCluster(allocation, ray_ports("7"), "127.0.0.2", node_ips={"node1": "127.0.0.2", "node2": "127.0.0.3"})
+    cluster.worker_argv["node2"] = [sys.executable, "-c", "raise SystemExit(3)"]
+    cluster.start_worker("node2")
+    monkeypatch.setattr(ray, "init", lambda **kwargs: None)
+    monkeypatch.setattr(ray, "nodes", lambda: [_at("127.0.0.2", 2)])
+    with pytest.raises(RuntimeError, match=r"`srun -w node2 ray start` exited with code 3 twice .*node2: not registered"):
+        bootstrap.wait_for_nodes(cluster, timeout_s=60)
+    assert len(cluster.processes) == 2
+    assert "starting it once more" in caplog.text
