@@ -35,16 +35,26 @@ def plan_weight_routes(
     run_dir: Path,
 ) -> Plan:
     topology = _loopback_is_here(TopologyModel(probe_ray_cluster()).with_ray_nodes(ray.nodes()))
-    source = Endpoint(SOURCE, "source", trainer_host, tuple(trainer_gpus))
-    engines = [
-        Endpoint(f"engine/{i}", "engine", urlparse(url).hostname or "", tuple(engine_gpus[i]) if engine_gpus else (), url)
-        for i, url in enumerate(engine_urls)
-    ]
+    source = Endpoint(SOURCE, "source", trainer_host, _probed_gpus(topology, trainer_host, trainer_gpus))
+    engines = []
+    for i, url in enumerate(engine_urls):
+        host = urlparse(url).hostname or ""
+        gpus = _probed_gpus(topology, host, engine_gpus[i] if engine_gpus else [])
+        engines.append(Endpoint(f"engine/{i}", "engine", host, gpus, url))
     transports = None if weight_sync == "mesh" else {weight_sync}
     plan = without_relays(plan_routes(topology, [source], engines, transports))
     (run_dir / PLAN_FILE).write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
     log.info("trainer.weight_sync=%s:\n%s", weight_sync, plan.render())
     return plan
+
+
+def _probed_gpus(topology: TopologyModel, host: str, gpus: list[int]) -> tuple[int, ...]:
+    """A seat's devices, where the probe of its host found GPUs. Where it found none (Slurm's fake
+    GPUs in the CI's test cluster) the process there runs on the CPU: a CPU endpoint to the planner."""
+    try:
+        return tuple(gpus) if topology.node(host).gpus else ()
+    except ValueError:  # an unknown host: the planner names it
+        return tuple(gpus)
 
 
 def _loopback_is_here(topology: TopologyModel) -> TopologyModel:
