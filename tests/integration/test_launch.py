@@ -22,6 +22,7 @@ SMOKE = [
     "trainer.micro_batch_size=4",
     "trainer.lr=1e-3",
     "data.reward=tests.integration.toy_rewards:digit_fraction",
+    "trainer.weight_sync=mesh",
 ]
 TAGS = [
     "rollout/reward_mean",
@@ -86,6 +87,22 @@ def test_smoke_run_writes_everything_a_user_looks_at(three_step_run):
     assert {"prompt", "response", "label", "reward", "weight_version"} <= set(rollouts[0])
     # Weights move after each step: step s samples with version s - 1.
     assert {(r["step"], r["weight_version"]) for r in rollouts} == {(1, 0), (2, 1), (3, 2)}
+
+
+def test_the_mesh_plans_routes_at_start_and_reports_every_push(three_step_run):
+    """trainer.weight_sync=mesh: the plan is printed and kept in the run dir, and every step's push
+    reports its seconds, rate and bytes per route; the one engine on this machine gets shm."""
+    run_dir, result = three_step_run
+    assert "trainer.weight_sync=mesh:\nroute plan: 1 source(s), 0 relay(s), 1 engine(s); routes: 1 shm" in result.stdout + result.stderr
+    plan = json.loads((run_dir / "transfer_plan.json").read_text())
+    assert [(r["sender"], r["receiver"], r["transport"]) for r in plan["routes"]] == [("trainer/0", "engine/0", "shm")]
+    logged = scalars(run_dir)
+    for tag in ("transfer/seconds", "transfer/gbps", "transfer/bytes/shm", "transfer/failed_receivers"):
+        assert sorted(logged[tag]) == [1, 2, 3], tag
+    model_bytes = set(logged["transfer/bytes/shm"].values())
+    assert len(model_bytes) == 1 and model_bytes.pop() > 0  # the whole model, every push
+    assert all(v > 0 for v in logged["transfer/gbps"].values())
+    assert set(logged["transfer/failed_receivers"].values()) == {0.0}
 
 
 def test_resume_gives_the_same_next_step(three_step_run, tmp_path):

@@ -1,0 +1,140 @@
+"""TransferMesh's sender against real embedded engines over real HTTP: a plan's routes run
+together over their transports; pipelining changes nothing in what arrives; a receiver that
+fails mid-push keeps its old weights, is retried once, and is reported without holding back
+the others."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import torch
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from loongsage.http_server import AppServer
+from loongsage.inference.client import EngineClient
+from loongsage.inference.embedded.weights import read_safetensors
+from loongsage.transfer import PushFailed, push_weights
+from loongsage.transfer.mesh import SOURCE, execute_plan
+from loongsage.transfer.routes import Endpoint, Plan, Route
+
+from .engine_support import running_engine
+
+SMALL_BUCKETS = 64 * 1024  # several buckets for the tiny model, so a push can fail in the middle
+
+
+def trained_weights(model_path: str) -> list[tuple[str, torch.Tensor]]:
+    """The model's weights moved by a fixed amount, as a training step would move them."""
+    generator = torch.Generator().manual_seed(0)
+    return [(name, t + 0.01 * torch.randn(t.shape, generator=generator)) for name, t in read_safetensors(model_path)]
+
+
+def parameters(server) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in server.engine.model.named_parameters()}
+
+
+class FailingProxy:
+    """Forwards every call to `target`; the `fail_at`-th /update_weights_from_tensor of each
+    weight-update session answers 500 instead, for the first `sessions` sessions (None: all)."""
+
+    def __init__(self, target: str, fail_at: int, sessions: int | None):
+        self.updates_in_session = 0
+        self.sessions_seen = 0
+        self.refused = 0
+        app = FastAPI()
+
+        @app.api_route("/{path:path}", methods=["GET", "POST"])
+        async def forward(path: str, request: Request):
+            if path == "begin_weight_update":
+                self.sessions_seen += 1
+                self.updates_in_session = 0
+            if path == "update_weights_from_tensor":
+                self.updates_in_session += 1
+                failing = sessions is None or self.sessions_seen <= sessions
+                if failing and self.updates_in_session == fail_at:
+                    self.refused += 1
+                    return JSONResponse({"error": {"message": "injected: the link dropped"}}, status_code=500)
+            async with httpx.AsyncClient(base_url=target, timeout=120) as client:
+                answer = await client.request(
+                    request.method, f"/{path}", content=await request.body(), headers={"content-type": "application/json"}
+                )
+            return Response(answer.content, answer.status_code, media_type="application/json")
+
+        self.server = AppServer(app)
+        self.url = self.server.start()
+
+
+@pytest.fixture
+def proxies():
+    made: list[FailingProxy] = []
+    yield lambda *args: made.append(FailingProxy(*args)) or made[-1]
+    for proxy in made:
+        proxy.server.stop()
+
+
+def two_route_plan(shm_url: str, gloo_url: str) -> Plan:
+    endpoints = [
+        Endpoint(SOURCE, "source", "here"),
+        Endpoint("engine/0", "engine", "here", url=shm_url),
+        Endpoint("engine/1", "engine", "here", url=gloo_url),
+    ]
+    routes = [Route(SOURCE, "engine/0", "shm", "host_shm"), Route(SOURCE, "engine/1", "gloo", "tcp")]
+    return Plan({e.name: e for e in endpoints}, routes)
+
+
+def test_a_plans_routes_run_together_and_both_engines_serve_the_pushed_weights(tiny_model_path):
+    named = trained_weights(tiny_model_path)
+    with running_engine(tiny_model_path) as first, running_engine(tiny_model_path) as second:
+        plan = two_route_plan(first.base_url, second.base_url)
+        plan.check()
+        report = execute_plan(plan, SOURCE, named, [first.base_url, second.base_url], 7, "127.0.0.1", bucket_mb=1)
+        assert report["failed"] == {} and report["updated"] == [first.base_url, second.base_url]
+        model_bytes = sum(t.numel() * t.element_size() for _, t in named)
+        metrics = report["metrics"]
+        assert metrics["transfer/bytes/shm"] == metrics["transfer/bytes/gloo"] == model_bytes
+        assert metrics["transfer/bytes"] == 2 * model_bytes and metrics["transfer/gbps"] > 0
+        for server in (first, second):
+            assert EngineClient(server.base_url).get_weight_version() == "7"
+        assert all(torch.equal(a, b) for a, b in zip(parameters(first).values(), parameters(second).values()))
+        # A resync of one engine runs its route only.
+        again = execute_plan(plan, SOURCE, named, [second.base_url], 8, "127.0.0.1", bucket_mb=1)
+        assert set(again["metrics"]) >= {"transfer/bytes/gloo"} and "transfer/bytes/shm" not in again["metrics"]
+        assert [EngineClient(s.base_url).get_weight_version() for s in (first, second)] == ["7", "8"]
+
+
+@pytest.mark.parametrize("transport", ["shm", "gloo"])
+def test_pipelined_and_unpipelined_pushes_leave_identical_weights(tiny_model_path, transport):
+    named = trained_weights(tiny_model_path)
+    with running_engine(tiny_model_path) as piped, running_engine(tiny_model_path) as plain:
+        push_weights(named, [piped.base_url], 1, SMALL_BUCKETS, transport, pipelined=True)
+        push_weights(named, [plain.base_url], 1, SMALL_BUCKETS, transport, pipelined=False)
+        got, expected = parameters(piped), parameters(plain)
+        assert got.keys() == expected.keys()
+        assert all(torch.equal(got[name], expected[name]) for name in got)
+        with running_engine(tiny_model_path) as untouched:  # and the push did change them
+            assert any(not torch.equal(got[n], t) for n, t in parameters(untouched).items())
+
+
+def test_a_receiver_failing_mid_push_keeps_its_old_weights_is_retried_and_the_others_go_on(tiny_model_path, proxies):
+    named = trained_weights(tiny_model_path)
+    with (
+        running_engine(tiny_model_path) as healthy,
+        running_engine(tiny_model_path) as flaky,
+        running_engine(tiny_model_path) as broken,
+    ):
+        flaky_proxy = proxies(flaky.base_url, 3, 1)  # its third bucket fails once: the retry succeeds
+        broken_proxy = proxies(broken.base_url, 3, None)  # fails every time
+        before = parameters(broken)
+        urls = [healthy.base_url, flaky_proxy.url, broken_proxy.url]
+        with pytest.raises(PushFailed) as caught:
+            push_weights(named, urls, 5, SMALL_BUCKETS, "inline")
+        assert list(caught.value.errors) == [broken_proxy.url]
+        assert "injected: the link dropped" in str(caught.value)
+        assert (flaky_proxy.refused, broken_proxy.refused) == (1, 2)  # each tried, then retried alone once
+        assert EngineClient(healthy.base_url).get_weight_version() == "5"
+        assert EngineClient(flaky.base_url).get_weight_version() == "5"
+        # The broken one got two buckets each time, staged, never committed: bit-identical, old version.
+        assert EngineClient(broken.base_url).get_weight_version() == "default"
+        after = parameters(broken)
+        assert all(torch.equal(before[name], after[name]) for name in before)
+        assert EngineClient(broken.base_url).get_server_info()["staged_weight_tensors"] == 0

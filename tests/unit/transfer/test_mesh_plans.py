@@ -1,0 +1,69 @@
+"""The transport registry and the sender's handling of plans (pure: no engine)."""
+
+from __future__ import annotations
+
+import pytest
+
+from loongsage.transfer.channel import TRANSPORTS, Transport, get_transport, register_transport
+from loongsage.transfer.mesh import SOURCE, execute_plan, without_relays
+from loongsage.transfer.routes import Endpoint, Plan, Route
+
+
+def test_every_transport_is_registered_once_and_a_second_registration_is_refused():
+    assert sorted(TRANSPORTS) == ["cuda_ipc", "gloo", "inline", "nccl", "shm"]
+    assert [name for name, t in TRANSPORTS.items() if t.same_host_only] == ["shm", "cuda_ipc"]
+    assert get_transport("nccl").needs_gpu and not get_transport("gloo").needs_gpu
+    with pytest.raises(ValueError, match="transport 'shm' is registered already"):
+        register_transport(Transport("shm", lambda clients, host: None, same_host_only=True, bucket_mb=1))
+    with pytest.raises(ValueError, match=r"'ucx' is unknown; expected one of \['cuda_ipc', 'gloo', 'inline', 'nccl', 'shm'\]"):
+        get_transport("ucx")
+
+
+def relayed_plan() -> Plan:
+    """node2 has no source: one relay takes the weights over gloo and fans out over shm."""
+    endpoints = [
+        Endpoint(SOURCE, "source", "node1"),
+        Endpoint("relay/node2/0", "relay", "node2"),
+        Endpoint("engine/0", "engine", "node1", url="http://node1:1"),
+        Endpoint("engine/1", "engine", "node2", url="http://node2:1"),
+        Endpoint("engine/2", "engine", "node2", url="http://node2:2"),
+    ]
+    routes = [
+        Route(SOURCE, "engine/0", "shm", "host_shm"),
+        Route(SOURCE, "relay/node2/0", "gloo", "tcp"),
+        Route("relay/node2/0", "engine/1", "shm", "host_shm"),
+        Route("relay/node2/0", "engine/2", "shm", "host_shm"),
+    ]
+    return Plan({e.name: e for e in endpoints}, routes)
+
+
+def test_without_relays_sends_what_a_relay_would_forward_straight_from_its_sender():
+    plan = relayed_plan()
+    plan.check()
+    flat = without_relays(plan)
+    flat.check()
+    assert flat.by_role("relay") == []
+    assert sorted((r.receiver, r.transport, r.link) for r in flat.routes) == [
+        ("engine/0", "shm", "host_shm"),
+        ("engine/1", "gloo", "tcp"),
+        ("engine/2", "gloo", "tcp"),
+    ]
+    assert "1 relay(s) planned are not run yet" in flat.notes[-1]
+
+
+def test_a_push_to_an_engine_the_plan_does_not_cover_names_it():
+    with pytest.raises(ValueError, match=r"no route to http://elsewhere:1; it covers http://node1:1, http://node2:1"):
+        execute_plan(without_relays(relayed_plan()), SOURCE, [], ["http://elsewhere:1"], 1, "node1")
+
+
+def test_shares_from_several_sources_are_refused_until_they_are_sent():
+    endpoints = [
+        Endpoint(SOURCE, "source", "a"),
+        Endpoint("trainer/1", "source", "a"),
+        Endpoint("engine/0", "engine", "b", url="http://b:1"),
+    ]
+    routes = [Route(SOURCE, "engine/0", "gloo", "tcp", 0, 2), Route("trainer/1", "engine/0", "gloo", "tcp", 1, 2)]
+    plan = Plan({e.name: e for e in endpoints}, routes)
+    plan.check()
+    with pytest.raises(NotImplementedError, match="share 0/2: several sources are planned but only one sends yet"):
+        execute_plan(plan, SOURCE, [], ["http://b:1"], 1, "a")
