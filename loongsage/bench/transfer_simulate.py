@@ -61,6 +61,7 @@ class Row:
     bound_term: str
     busiest: str
     busiest_s: float
+    seed_route: str
     seconds_to_simulate: float
 
     @property
@@ -103,8 +104,18 @@ def run_config(
         result.bound.term,
         name,
         seconds,
+        _seed_route(result.seed),
         time.perf_counter() - started,
     )
+
+
+def _seed_route(seed) -> str:
+    parts = []
+    if seed.nccl_ranks:
+        parts.append(f"nccl ring of {seed.nccl_ranks} ranks at {seed.ring_gbps:.0f} GB/s")
+    if seed.ipc_engine_gpus:
+        parts.append(f"cuda_ipc on {seed.ipc_engine_gpus} GPU(s)")
+    return " + ".join(parts)
 
 
 def main(argv: list[str]) -> int:
@@ -134,6 +145,9 @@ def main(argv: list[str]) -> int:
             f"{row.busiest} {row.busiest_s:.3f} s",
             flush=True,
         )
+    for layout in dict.fromkeys(r.layout for r in rows):
+        example = next(r for r in rows if r.layout == layout)
+        print(f"seed route, {layout}: {example.seed_route} ({example.model}, {example.hosts} hosts)")
     print()
     for line in verdicts(rows):
         print(line)
@@ -165,7 +179,7 @@ def verdicts(rows: list[Row]) -> list[str]:
     for r in at64:
         ok = r.speedup >= TARGET_SPEEDUP
         lines.append(
-            f"70B at 64 hosts, {r.layout}: plan {r.speedup:.2f}x faster than the seed's NCCL broadcast from rank 0 "
+            f"70B at 64 hosts, {r.layout}: plan {r.speedup:.2f}x faster than the seed's route ({r.seed_route}) "
             f"(target >= {TARGET_SPEEDUP}x): {'reached' if ok else 'NOT reached'}"
         )
     big = [r for r in rows if r.model == "1T" and r.engine_gpus >= 1024]
@@ -200,7 +214,7 @@ def _plot(rows: list[Row], path: Path) -> None:
                 continue
             x = [r.engine_gpus for r in sel]
             for label, key in (
-                ("seed (NCCL from rank 0)", "seed_s"),
+                ("seed route", "seed_s"),
                 ("flat", "flat_s"),
                 ("plan", "plan_s"),
                 ("bound", "bound_s"),

@@ -1,86 +1,101 @@
 """Event model of one weight update on a GPU cluster: how long it takes to deliver every bucket
 to every engine GPU along a route plan, against a physical lower bound.
 
-Pure: numpy only, no Ray, no torch. `python -m loongsage.bench transfer --simulate` drives it
-(loongsage/bench/transfer_simulate.py); tests in tests/unit/transfer/test_simulate.py.
+Pure: numpy only (no Ray, no torch in this module). `python -m loongsage.bench transfer
+--simulate` drives it (loongsage/bench/transfer_simulate.py); tests in
+tests/unit/transfer/test_simulate.py. It reads the same topology model (`topology_model`) and
+the same plans (`planner.plan_routes`, `routes.Plan`) the mesh executes.
+
+Assumptions, with their sources
+-------------------------------
+- Links: `links.NOMINAL_LINKS` through `TopologyModel.resources`: NVLink4 450 GB/s each way per
+  H100/H200 GPU, PCIe Gen5 x16 64 GB/s each way, InfiniBand NDR 400 Gb/s = 50 GB/s per NIC each
+  way, one NIC per GPU (DGX/HGX H100 layout), H200 HBM 4.8 TB/s so a copy inside a GPU runs at
+  2.4 TB/s (ANCHORS.md, "Links and measured update times"). Nominal rates: measured NDR
+  throughput is ~5-10% lower, which scales every strategy and the bound alike.
+- The network between hosts is non-blocking (a rail-optimised fat tree): only NICs contend.
+- Every source (trainer rank) holds the whole model when the transfer starts: the trainer's
+  export (Megatron-Bridge / FSDP gather of its shards into full tensors, written straight into
+  flat buckets) comes first and is the same for every strategy, so it is not counted. In the
+  colocated layout that export is the real cost of an update and this model says nothing
+  about it; there, what the strategies differ in is which copies they make on and between GPUs.
+- Every rank of an engine takes in the full tensors (routes.Endpoint; SGLang slices them per
+  rank on arrival) and copies them into its parameters (one HBM copy of the model per GPU).
+- Per-bucket software costs (an HTTP call per bucket, Python per tensor, kernel launches) are
+  not modelled, for any strategy; nor is NVSwitch multicast (NVLS).
 
 What is modelled
 ----------------
-A transfer is a set of *flows*. A flow is one hop (a sender's GPU or host to a receiver's GPU
-or host) carrying a stream of buckets in order; it uses a list of physical resources (a NIC's
-outgoing side, a GPU's NVLink ingress, a GPU's HBM for a copy...), each with a bandwidth.
-Plans are compiled into flows (`plan_flows`):
-- a source first *packs* each bucket it sends (one HBM copy into a flat buffer);
-- a route into an endpoint with several GPUs (an engine with tensor parallelism: every rank
-  takes in the full tensors, see routes.Endpoint) is, for the collective transports (nccl,
-  gloo), a pipelined chain sender -> gpu1 -> gpu2 -> ... (how NCCL's ring broadcast moves
-  data: each byte crosses each hop once), and for the point-to-point ones (cuda_ipc, shm,
-  inline) one copy from the sender to each rank;
-- a relay forwards what it received; each engine GPU finally *loads* each bucket (one HBM
-  copy from the receive buffer into the parameters).
+A transfer is a set of *flows*. A flow carries a stream of buckets, in order, over the
+physical resources it occupies (a NIC's sending side, a GPU's NVLink ingress, a GPU's HBM...),
+each with a bandwidth. `plan_flows` makes one flow per route of a plan, with the resources
+`TopologyModel.resources(sender, receiver, link)` names: a route into an engine of several GPUs
+lists each GPU's part (rdma into the first GPU, then NVLink from it to the others, as NCCL's
+ring inside a host does; cuda_ipc from the sender's GPU to each rank), a resource listed n
+times carrying the bytes n times. Then one *load* flow per engine that received into a buffer:
+each GPU copies every bucket into its parameters. A same-device cuda_ipc route is that copy.
 
 Contention: flows that share a resource split its bandwidth max-min fairly (progressive
 filling; a flow also has its own cap when it has caught up with its upstream, see below).
-Why max-min and not per-bucket serialisation on each resource: real NICs, NVLink ports and
-copy engines interleave concurrent transfers at packet/chunk granularity (hundreds of KB, far
-below a bucket), so two streams on one NIC each get about half of it at the same time; a
-per-bucket serialisation would let one stream finish a whole bucket first, which no transport
-does, and its result would depend on the order in which the model lists the flows. Max-min
-is the standard fluid model of flow-level networks (Bertsekas & Gallager, Data Networks,
-ch. 6.5; SimGrid's network model), and with equal flows it gives each 1/n of the link.
+Why max-min and not per-bucket serialisation on each resource: NICs, NVLink ports and copy
+engines interleave concurrent transfers at packet/chunk granularity (hundreds of KB, far below
+a bucket), so two streams on one NIC each get about half of it at the same time; serialising
+whole buckets would let one stream finish a bucket first, which no transport does, and the
+result would depend on the order in which the model lists the flows. Max-min is the standard
+fluid model of flow-level networks (Bertsekas & Gallager, Data Networks, ch. 6.5; SimGrid's
+network model): equal flows on one link get 1/n of it each.
 
-Pipelining: store and forward at bucket granularity. A flow may send bucket k once its
-sender holds bucket k: a flow whose sender is fed by upstream flows can at any time have
-sent at most (progress of the slowest upstream - one bucket), as fractions of their bytes
-(buckets are interleaved by index, routes.Route shares, so progress fractions compare; the
-"one bucket" is the coarser of the two flows' buckets). So a relay forwards bucket k while it
-receives k + 1, a source packs k + 1 while k is on the wire, and an engine loads k while k + 1
-arrives. Unlimited buffering at relays (a relay never stalls its upstream); a chain of H equal
-hops then takes M / bw + (H - 1) * (bucket / bw + latency) + latency.
+Pipelining: store and forward at bucket granularity. A flow may send bucket k once its sender
+holds bucket k: a flow whose sender is fed by upstream flows can at any time have sent at most
+(progress of the slowest upstream - one bucket), as fractions of their bytes (buckets are
+interleaved by index, routes.Route shares, so progress fractions compare; "one bucket" is the
+coarser of the two flows' buckets). So a relay forwards bucket k while it receives k + 1, and an
+engine loads k while k + 1 arrives. Buffering at relays is unlimited (a relay never stalls its
+upstream). A chain of H equal hops takes M / bw + (H - 1) * (bucket / bw + latency) + latency.
 
-Latency: each hop has the latency of its link class (the topology model's table). A flow
-starts `latency` after its upstream delivered its first bucket, and sends its last bucket
-`latency` after its upstream delivered its last one; in between a transport keeps several
-messages in flight (NCCL's chunk steps, RDMA work queues), so latency is paid once per hop on
-the critical path, not once per bucket. Per-bucket software costs (an HTTP call per bucket,
-Python per tensor, kernel launches) are not modelled, for any strategy.
+Latency: each hop has its link class's latency (`links.NOMINAL_LINKS`). A flow starts one
+latency after its upstream sent its first bucket and sends its last bucket one latency after
+its upstream's last one landed; in between a transport keeps several messages in flight
+(NCCL's chunk steps, RDMA work queues), so latency is paid once per hop on the critical path.
 
-The fluid model moves from event to event (a flow starts, finishes, catches up with its
-upstream, or an upstream's last bucket lands); between events every rate is constant and
-rates are recomputed by max-min over the flows running then.
+The model moves from event to event (a flow starts, finishes, catches up with its upstream, an
+upstream's last bucket lands); between events every rate is constant; at each event the rates
+are recomputed by max-min over the running flows, iterated with the upstream caps to a fixed point.
 
-The strategies compared (see `Scenario` for the cluster and `seed_nccl_seconds`):
-(a) seed: the reference implementation's route. Source rank 0 (trainer GPU 0) gathers each
-    1 GiB bucket, then NCCL-broadcasts it to every engine GPU (one communicator: rank 0 plus
-    every engine GPU, rank 0's own engine on the same GPU gets a CUDA IPC handle instead), the
-    engines load it, then the next bucket: nothing overlaps. NCCL runs broadcast only with its
-    ring algorithm (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel: for any collective but
+The strategies compared (`compare`)
+-----------------------------------
+(a) seed: the reference implementation's route (ANCHORS.md: same physical GPU -> CUDA IPC
+    handle, otherwise NCCL broadcast from source rank 0; 1 GiB buckets). An engine GPU with a
+    source on it takes a CUDA IPC handle (one HBM copy per bucket); every other engine GPU is a
+    rank of one NCCL communicator rooted at rank 0. Per 1 GiB bucket, nothing overlapping: the
+    broadcast, then the engines copy it into their parameters (update_weights_from_distributed
+    returns after loading), then the next bucket. NCCL runs broadcast only with its ring
+    algorithm (NVIDIA/nccl src/graph/tuning.cc, ncclTopoTuneModel: for every collective but
     all-reduce only NCCL_ALGO_RING is costed): data pipelined in chunks around a ring of all
-    ranks, so its bandwidth is the slowest hop's and its time is NCCL's own model,
-    time = baseLat + nRanks * hwLat + bytes / busBw, with baseLat(Ring, Simple) = 8.4 us and
-    hwLat(NET, Ring, Simple) = 9.6 us per step (same file). busBw = the bandwidth of the
-    narrowest node boundary of the ring: a node contributes the NICs local to its GPUs in
-    the communicator (a DGX-class node has one NIC per GPU on the GPU's PCIe switch; a GPU
-    reaches the network through its own PCIe link, and borrowing a peer's NIC over NVLink,
-    PXN, needs that peer in the communicator). Disaggregated, rank 0 is the only GPU of its
-    node in the communicator: every byte leaves through one 400 Gb/s NIC (50 GB/s). The
-    gather is modelled in rank 0's favour: each bucket rank 0 does not hold comes in over
-    min(its NVLink ingress, its node's NICs), as if the export were perfectly parallel.
-(b) flat: every holder of a shard of the weights sends its share straight to every engine
-    GPU (one replica per shard per receiver, replicas taking turns), no relays: same event model.
-(c) plan: the planner's plan (`planner.plan_routes`) compiled into flows, same event model.
+    ranks, so the bandwidth is the slowest hop's, and the time is NCCL's own cost model,
+    baseLat + nRanks * hwLat + bytes / busBw, baseLat(Ring, Simple) = 8.4 us, hwLat(NET, Ring,
+    Simple) = 9.6 us per step (3.4 us over NVLink on one host; same file). busBw is the
+    narrowest node boundary of the ring: a host passes the ring through the NICs local to its
+    GPUs in the communicator (one NIC per GPU on the GPU's PCIe switch; a GPU reaches the
+    network through its own PCIe link, and borrowing a peer's NIC over NVLink, PXN, needs that
+    peer in the communicator). Disaggregated, rank 0 is the only GPU of its host in the
+    communicator, so every byte leaves through its one NIC: 50 GB/s. (Through its whole PCIe
+    link instead, 64 GB/s, the seed would be 1.28x faster at most.)
+(b) flat: no relays and no regard for hosts: each engine takes the model in 8 shares, each
+    straight from a source, the sources taking turns (`flat_plan`), over the transport the
+    planner's own rule picks for the pair; same event model.
+(c) plan: `planner.plan_routes(topology, sources, engines)`; same event model.
 
-Lower bound (`lower_bound`): plan-independent, physical, max of
- 1. each engine GPU must take in every byte of the model it does not already hold (each rank
-    takes in the full tensors, routes.Endpoint) through its ingress ports (NVLink in + PCIe in);
- 2. each node that has engine GPUs must take in, through its NICs' total ingress, every byte
-    that no GPU on it holds;
- 3. every shard that some engine node lacks must leave the nodes holding it through their
-    NICs' total egress at least once; and all the bytes that nodes without them need must
-    leave the holding nodes: (bytes of the model not held by every node) / (total NIC egress of
-    the nodes holding shards), when the holders are disjoint from the engine nodes.
-It ignores latency and pipeline fill (the first bucket's trip), so no plan reaches it exactly;
-with B buckets in flight per route and H hops, the gap is about H buckets' time.
+Lower bound (`lower_bound`): plan-independent, physical (with the assumptions above), the
+largest of, each bytes / bandwidth:
+  gpu_ingress    an engine GPU with no source on it takes in the model M through its ingress
+                 ports, NVLink in + PCIe in (it cannot receive faster whatever relays it);
+  copy           every engine GPU copies M into its parameters at the HBM copy rate;
+  node_ingress   a host with engine GPUs and no source takes in M through all its NICs together;
+  source_egress  when some engine host has no source, M leaves the sources' hosts through all
+                 their NICs together (at least one copy of each byte must leave them).
+It leaves out latency and pipeline fill, so no plan reaches it exactly: a plan whose chains are
+H hops deep pays about H buckets' time and H latencies on top.
 """
 
 from __future__ import annotations
@@ -474,7 +489,7 @@ class SeedEstimate:
     nccl_ranks: int
     ring_gbps: float
     per_bucket_s: float
-    ipc_engines_gpus: int
+    ipc_engine_gpus: int
 
 
 def seed_nccl_seconds(topology, sources: list[Endpoint], engines: list[Endpoint], model_bytes: float) -> SeedEstimate:

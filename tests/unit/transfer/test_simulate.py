@@ -201,3 +201,34 @@ def test_bench_prints_a_row_per_configuration_and_the_verdicts(capsys):
     out = capsys.readouterr().out
     assert "disaggregated" in out and "colocated" in out
     assert "plan within 1.2x of the bound everywhere" in out
+
+
+def rail_chain_plan(topology, sources, engines, shares: int = 8) -> Plan:
+    """Share s rides NIC s of every host: each trainer host starts one chain per share, and each
+    engine host's relay on GPU s passes share s to the next host of its chain and to its engines."""
+    hosts = topology.hosts()
+    trainer_hosts = list(dict.fromkeys(s.host for s in sources))
+    serving = [h for h in hosts if h not in trainer_hosts]
+    endpoints = {e.name: e for e in (*sources, *engines)}
+    routes = []
+    for t, host in enumerate(trainer_hosts):
+        for s in range(shares):
+            previous = f"trainer/{host}/{s}"
+            for h in serving[t :: len(trainer_hosts)]:
+                relay = Endpoint(f"relay/{h}/{s}", "relay", h, (s,))
+                endpoints[relay.name] = relay
+                routes.append(Route(previous, relay.name, "nccl", "rdma", s, shares))
+                for e in (e for e in engines if e.host == h):
+                    routes.append(Route(relay.name, e.name, "cuda_ipc", "same_device" if e.gpus == (s,) else "nvlink", s, shares))
+                previous = relay.name
+    return Plan(endpoints, routes)
+
+
+@pytest.mark.parametrize("model", ["7B", "70B"])
+def test_the_bound_is_tight_a_rail_aligned_chain_plan_comes_within_5_percent(model):
+    topology = TopologyModel.synthetic(16)
+    sources, engines = layout_endpoints(topology, "disaggregated", MODELS[model])
+    plan = rail_chain_plan(topology, sources, engines)
+    result = compare(topology, sources, engines, MODELS[model].bytes, plan=plan, flat=False)
+    assert result.bound.term == "node_ingress"
+    assert result.plan_s / result.bound.seconds < 1.05
