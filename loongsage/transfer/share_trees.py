@@ -101,10 +101,13 @@ class ShareTrees:
                 queue.extend([_Port(receiver), *(_Port(r, receiver) for r in siblings)])
 
     def _feed(self, receiver: Endpoint, share: int, shards: int, queue: deque) -> None:
-        """One share into `receiver`: from the next usable port of the tree, else the least-loaded holder."""
+        """One share into `receiver`: from the next usable port of the tree (breadth first, so the
+        tree stays shallow), else the least-loaded holder. Ports are taken in tree order, not by
+        link speed: in a cluster mixing RDMA and TCP hosts a TCP host may pass a share on over TCP."""
         while queue:
             port = queue.popleft()
-            self.reserved[port.seed_of] -= 1 if port.seed_of else 0
+            if port.seed_of:
+                self.reserved[port.seed_of] -= 1
             if port.endpoint.host == receiver.host:
                 continue
             option = self._best(port.endpoint, receiver)
