@@ -38,7 +38,7 @@ def plan_routes(
     sources = [topology.endpoint(s) for s in sources]
     engines = [topology.endpoint(e) for e in engines]
     _check_inputs(sources, engines)
-    builder = _Builder(topology, allowed, sources)
+    builder = _LocalRoutes(topology, allowed, sources)
     source_hosts = {s.host for s in sources}
     relay_hosts: list[tuple[list[Endpoint], list[Endpoint]]] = []
     direct: list[Endpoint] = []
@@ -81,7 +81,9 @@ def _by_host(engines: list[Endpoint], hosts: list[str]) -> dict[str, list[Endpoi
     return {host: group for host, group in grouped.items() if group}
 
 
-class _Builder:
+class _LocalRoutes:
+    """Routes inside the hosts that hold sources; collects the plan's routes and notes."""
+
     def __init__(self, topology: TopologyModel, allowed: tuple[str, ...], sources: list[Endpoint]):
         self.topology, self.allowed, self.sources = topology, allowed, sources
         self.routes: list[Route] = []
