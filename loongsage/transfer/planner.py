@@ -42,11 +42,13 @@ def plan_routes(
     source_hosts = {s.host for s in sources}
     relay_hosts: list[tuple[list[Endpoint], list[Endpoint]]] = []
     direct: list[Endpoint] = []
-    for host, group in _by_host(engines, topology.hosts()).items():
+    grouped = _by_host(engines, topology.hosts())
+    crowded = len([h for h in grouped if h not in source_hosts]) > len(_source_ports(topology, sources))
+    for host, group in grouped.items():
         if host in source_hosts:
             direct += builder.feed_locally(host, group)
             continue
-        relays, note = host_relays(topology, host, group, sources, allowed)
+        relays, note = host_relays(topology, host, group, sources, allowed, crowded)
         builder.notes.append(note)
         if relays:
             relay_hosts.append((relays, group))
@@ -72,6 +74,15 @@ def _check_inputs(sources: list[Endpoint], engines: list[Endpoint]) -> None:
     twice = sorted(n for n, count in names.items() if count > 1)
     if twice:
         raise ValueError(f"endpoint names used twice: {', '.join(twice)}")
+
+
+def _source_ports(topology: TopologyModel, sources: list[Endpoint]) -> set[str]:
+    """The ports the sources reach other hosts through: each GPU's RDMA NIC, else its host's TCP port."""
+    ports = set()
+    for source in sources:
+        nic = topology.nic_of(source.host, source.gpus[0]) if source.gpus else None
+        ports.add(f"{source.host}/{nic or 'tcp'}")
+    return ports
 
 
 def _by_host(engines: list[Endpoint], hosts: list[str]) -> dict[str, list[Endpoint]]:

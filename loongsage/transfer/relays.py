@@ -5,8 +5,10 @@ A GPU host with active RDMA NICs gets one relay per NIC some GPU sends through, 
 nearest that NIC (DGX H100: 8 relays on GPUs 0..7, the two storage NICs stay idle); every NIC
 then brings in a share, and the shares spread over NVLink. A host that crosses to the others
 over TCP gets one relay (TCP has one port to fill); on a CPU host the relay is a CPU process and
-the fan-out is shm. A host with one engine and one NIC gets no relay: it would add a hop and no
-bandwidth.
+the fan-out is shm. A host with one engine and one NIC gets no relay (it would add a hop and no
+bandwidth) unless more hosts wait for the weights than the sources have ports: then its relay
+lets the host pass the weights on to the next one, instead of every host pulling from the
+sources' few ports.
 """
 
 from __future__ import annotations
@@ -23,13 +25,21 @@ def relay_name(host: str, index: int) -> str:
 
 
 def host_relays(
-    topology: TopologyModel, host: str, engines: list[Endpoint], sources: list[Endpoint], allowed: Collection[str]
+    topology: TopologyModel,
+    host: str,
+    engines: list[Endpoint],
+    sources: list[Endpoint],
+    allowed: Collection[str],
+    crowded: bool = False,
 ) -> tuple[list[Endpoint], str]:
-    """(relays for the host, or [] for direct routes; a note saying why)."""
+    """(relays for the host, or [] for direct routes; a note saying why). `crowded`: more hosts
+    wait for the weights than the sources have ports to send from."""
     relays, how = _candidates(topology, host, engines, allowed)
     count = f"{len(engines)} engine(s), no source"
     if len(engines) < 2 and len(relays) < 2:
-        return [], f"{host}: {count}, one NIC: direct routes (a relay would add a hop and no bandwidth)"
+        if not crowded:
+            return [], f"{host}: {count}, one NIC: direct routes (a relay would add a hop and no bandwidth)"
+        how += ", to pass the weights on (more hosts than source ports)"
     if not any(best_option(topology, s, relays[0], allowed) for s in sources):
         return [], f"{host}: {count}: no allowed transport reaches a relay, direct routes"
     unreached = [e.name for e in engines if not all(best_option(topology, r, e, allowed) for r in relays)]

@@ -196,16 +196,29 @@ def test_a_host_without_rdma_gets_one_relay_over_tcp():
 # ---------------------------------------------------------------- CPU hosts
 
 
-def test_cpu_hosts_one_relay_over_gloo_then_shm_and_a_lone_engine_direct():
-    topology = TopologyModel.synthetic(3, gpus_per_node=0)
-    receivers = cpu_procs("node1", 3, "engine") + cpu_procs("node2", 1, "engine")
-    plan = plan_routes(topology, cpu_procs("node0", 1, "source"), receivers)
+def test_cpu_hosts_one_relay_over_gloo_then_shm():
+    topology = TopologyModel.synthetic(2, gpus_per_node=0)
+    plan = plan_routes(topology, cpu_procs("node0", 1, "source"), cpu_procs("node1", 3, "engine"))
     assert [r.name for r in plan.by_role("relay")] == ["relay/node1/0"]
     assert plan.endpoint("relay/node1/0").gpus == ()
     assert into(plan, "relay/node1/0") == [("source/node0/0", "gloo", "tcp")]
     assert {tuple(into(plan, f"engine/node1/{i}")) for i in range(3)} == {(("relay/node1/0", "shm", "host_shm"),)}
-    assert into(plan, "engine/node2/0") in ([("source/node0/0", "gloo", "tcp")], [("relay/node1/0", "gloo", "tcp")])
-    assert any("node2: 1 engine(s), no source, one NIC: direct routes" in note for note in plan.notes)
+    assert plan.notes[0] == "node1: 3 engine(s), no source: 1 relay(s), a CPU process for the TCP port; fan-out shm[host_shm]"
+
+
+def test_a_lone_cpu_engine_gets_a_direct_route_unless_many_hosts_wait():
+    topology = TopologyModel.synthetic(2, gpus_per_node=0)
+    plan = plan_routes(topology, cpu_procs("node0", 1, "source"), cpu_procs("node1", 1, "engine"))
+    assert plan.by_role("relay") == [] and into(plan, "engine/node1/0") == [("source/node0/0", "gloo", "tcp")]
+    assert plan.notes[0] == "node1: 1 engine(s), no source, one NIC: direct routes (a relay would add a hop and no bandwidth)"
+    # six hosts, one TCP port at the source: relays pass the weights on instead of a star from one port
+    topology = TopologyModel.synthetic(7, gpus_per_node=0)
+    receivers = [e for h in range(1, 7) for e in cpu_procs(f"node{h}", 1, "engine")]
+    plan = plan_routes(topology, cpu_procs("node0", 1, "source"), receivers)
+    assert len(plan.by_role("relay")) == 6
+    out, inn = port_loads(plan, topology)
+    assert max(out.values()) == 1 and max(inn.values()) == 1
+    assert "to pass the weights on (more hosts than source ports)" in plan.notes[0]
 
 
 def test_cpu_hosts_with_only_inline_allowed_get_direct_http():
