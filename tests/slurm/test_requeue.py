@@ -66,6 +66,14 @@ def test_sbatch_job_checkpoints_on_the_warning_signal_and_resumes_after_requeue(
 
 
 def test_submitit_job_is_requeued_by_submitit_and_resumes(slurm, tmp_path):
+    logs, job_id = requeue_under_submitit(slurm, tmp_path)
+    _assert_resumed_once(logs, tmp_path / f"slurm-{job_id}")
+
+
+def requeue_under_submitit(slurm, tmp_path, *overrides: str) -> tuple[str, str]:
+    """REQUEUE_RUN (plus `overrides`) through Hydra's submitit launcher, warned with USR2 after
+    step 2, requeued by submitit and run to the end: (the job's logs, its id). The run dir is
+    tmp_path/slurm-<id>."""
     sweep = tmp_path / "sweep"
     launcher = subprocess.Popen(
         [
@@ -73,6 +81,7 @@ def test_submitit_job_is_requeued_by_submitit_and_resumes(slurm, tmp_path):
             "launch.py",
             "-m",
             *REQUEUE_RUN,
+            *overrides,
             "cluster=slurm",
             "hydra/launcher=slurm",
             f"run.dir='{tmp_path}/{STAMPED_DIR}'",
@@ -99,7 +108,7 @@ def test_submitit_job_is_requeued_by_submitit_and_resumes(slurm, tmp_path):
     # submitit's own handler requeued it, and its job wrapper ran the call a second time.
     assert f"submitit requeues job {job_id}" in logs, logs[-4000:]
     assert logs.count(f"Starting with JobEnvironment(job_id={job_id},") == 2, logs[-4000:]
-    _assert_resumed_once(logs, tmp_path / f"slurm-{job_id}")
+    return logs, job_id
 
 
 def _assert_resumed_once(logs: str, run_dir: Path) -> None:

@@ -1,0 +1,111 @@
+"""Two Slurm nodes of this one machine (.ci/slurm_up.sh: node1 at 127.0.0.2, node2 at 127.0.0.3,
+two fake GPUs each): the controller on node1 starts node2's Ray with `srun -w node2 ray start`,
+the trainer runs on node1 and the engines on node2, and after every step the weights cross from
+one node to the other; a requeued two-node job resumes from its checkpoint on both nodes again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from urllib.parse import urlparse
+
+import pytest
+
+from tests.integration.test_launch import scalars
+from tests.slurm.test_launch import _assert_trained, _launch_on_slurm
+from tests.slurm.test_requeue import _assert_resumed_once, requeue_under_submitit
+
+# How the weights cross nodes: the one override to change when trainer.weight_sync=mesh carries
+# them (today gloo, the cross-node transport of the CPU path).
+WEIGHT_SYNC = "trainer.weight_sync=gloo"
+NODES = {"node1": "127.0.0.2", "node2": "127.0.0.3"}  # as .ci/slurm_up.sh configures them
+TRAINER_NODE, ENGINE_NODE = "node1", "node2"
+TWO_NODES = ["cluster.nodes=2", "run.placement=disaggregated", WEIGHT_SYNC]
+# Rewards that differ between samples: every step has advantages, so every step changes the
+# weights, and an engine left with the old ones would show in the mismatch.
+MOVING = "data.reward=tests.integration.toy_rewards:e_fraction"
+K3_BOUND = 1e-6  # train/mismatch_k3_kl after a faithful push in fp32
+
+
+@pytest.fixture(scope="module")
+def two_nodes(slurm):
+    states = dict(line.split() for line in _run("sinfo", "-h", "-N", "-o", "%N %t").splitlines())
+    if any(states.get(node) not in ("idle", "mix", "alloc") for node in NODES):
+        pytest.fail(
+            f"the Slurm test cluster needs nodes {', '.join(NODES)} usable; sinfo says {states}; start it with .ci/slurm_up.sh"
+        )
+    for node, ip in NODES.items():
+        assert f"NodeAddr={ip} " in _run("scontrol", "-o", "show", "node", node), f"{node} is not at {ip}"
+    return slurm
+
+
+def _run(*cmd: str) -> str:
+    return subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=30).stdout
+
+
+def test_trainer_on_node1_engines_on_node2_weights_cross_nodes(two_nodes, tmp_path):
+    """Two trainer ranks fill node1, two engines node2; the issue's command shape
+    (`launch.py -m ... cluster=slurm cluster.nodes=2 cluster.gpus_per_node=2 hydra/launcher=slurm`)."""
+    layout = [
+        "trainer.world_size=2",
+        "trainer.micro_batch_size=2",  # 4 samples a step over 2 ranks
+        "roles.trainer.gpus=2",
+        "roles.rollout.gpus=2",
+        "rollout.num_engines=2",
+    ]
+    result = _launch_on_slurm(tmp_path, *TWO_NODES, *layout, MOVING)
+    assert result.returncode == 0, result.stderr[-4000:]
+    run_dir = tmp_path / "run"
+    _assert_trained(run_dir)
+    logs = "".join(p.read_text() for p in sorted((tmp_path / "sweep").rglob("*_log.*")))
+    assert len(re.findall(r"\[loongsage\] ray up on 2 node\(s\) of job \d+", logs)) == 1, logs[-3000:]
+    _assert_on_their_nodes(logs, run_dir, trainer_ranks=2, engines=2, attempts=1)
+    _assert_weights_crossed(run_dir, steps=2)
+
+
+def test_two_node_job_is_requeued_and_resumes_on_both_nodes(two_nodes, tmp_path):
+    """The preemption test's run (one trainer rank, one engine) with one fake GPU a node: the
+    trainer on node1, the engine on node2, both attempts of the job across the two nodes."""
+    logs, job_id = requeue_under_submitit(two_nodes, tmp_path, *TWO_NODES, "cluster.gpus_per_node=1")
+    run_dir = tmp_path / f"slurm-{job_id}"
+    _assert_resumed_once(logs, run_dir)
+    _assert_on_their_nodes(logs, run_dir, trainer_ranks=1, engines=1, attempts=2)
+    _assert_weights_crossed(run_dir, steps=len(scalars(run_dir)["train/loss"]))
+
+
+def _assert_on_their_nodes(logs: str, run_dir, trainer_ranks: int, engines: int, attempts: int) -> None:
+    # Every attempt brought Ray up on both nodes, each at its own Slurm address.
+    nodes_line = "[loongsage] ray nodes: " + ", ".join(f"{node} {ip}" for node, ip in NODES.items())
+    assert logs.count(nodes_line) == attempts, logs[-4000:]
+    # The placement pinned each role to its node (placement groups on `node:<ip>`).
+    seats = re.findall(r"^\s+(trainer|rollout)\[(\d+)\]: (\S+) GPU", logs, re.MULTILINE)
+    assert sorted(set(seats)) == sorted(
+        [("rollout", str(i), NODES[ENGINE_NODE]) for i in range(engines)]
+        + [("trainer", str(i), NODES[TRAINER_NODE]) for i in range(trainer_ranks)]
+    ), logs[-4000:]
+    assert len(seats) == attempts * (trainer_ranks + engines), logs[-4000:]
+    # And the engines really served on node2's address, the weights' source was on node1's.
+    plan = json.loads((run_dir / "transfer_plan.json").read_text())
+    by_role = {role: [e for e in plan["endpoints"] if e["role"] == role] for role in ("source", "engine")}
+    assert [e["host"] for e in by_role["source"]] == [NODES[TRAINER_NODE]], plan
+    assert [urlparse(e["url"]).hostname for e in by_role["engine"]] == [NODES[ENGINE_NODE]] * engines, plan
+    assert all(route["link"] != "host_shm" for route in plan["routes"]), plan  # a route that crosses nodes
+
+
+def _assert_weights_crossed(run_dir, steps: int) -> None:
+    logged = scalars(run_dir)
+    assert sorted(logged["train/mismatch_k3_kl"]) == list(range(1, steps + 1))
+    # The weights changed every step, and after every step's push the engines on node2 held them:
+    # trainer and engines agree on the sampled tokens' log-probs.
+    assert all(logged["train/grad_norm"][step] > 0 for step in logged["train/grad_norm"]), logged["train/grad_norm"]
+    assert max(logged["train/mismatch_k3_kl"].values()) < K3_BOUND, logged["train/mismatch_k3_kl"]
+    assert all(logged["transfer/bytes"][step] > 0 for step in logged["transfer/bytes"]), logged["transfer/bytes"]
+    assert all(value == 0 for value in logged["transfer/failed_receivers"].values()), logged["transfer/failed_receivers"]
+    # Each step's samples came from the weights the step before pushed (sync: version = step - 1).
+    versions: dict[int, set[int]] = {}
+    for line in (run_dir / "rollouts.jsonl").read_text().splitlines():
+        sample = json.loads(line)
+        versions.setdefault(sample["step"], set()).add(sample["weight_version"])
+    assert versions == {step: {step - 1} for step in range(1, steps + 1)}, versions
