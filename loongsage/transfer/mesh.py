@@ -3,8 +3,9 @@ thread of its own (a push to the engines on this machine over shm goes at the sa
 broadcast to the engines on other machines), and report what each route moved.
 
 Engines are named by URL in the plan; a push to some of them (a resync of engines that came
-back) runs only their routes. A plan's relays are not executed yet: `without_relays` sends what
-a relay would have forwarded straight from the source, over the route into the relay.
+back) runs only their routes, straight from the source (`without_relays`), since a relay
+forwards to all of its engines. Relays (`relay.py`) take their route from the source as an engine
+would; their engines' outcome comes back in the relay's answer to the last bucket.
 """
 
 from __future__ import annotations
@@ -33,8 +34,11 @@ def execute_plan(
     bucket_mb: int | None = None,
     pipelined: bool = True,
 ) -> dict:
-    """{"metrics": {...}, "updated": [urls holding `version`], "failed": {url: why}}."""
+    """{"metrics": {...}, "updated": [urls holding `version`], "failed": {url: why}}. A push to
+    some of the engines (a resync) goes straight to them: a relay forwards to all of its own."""
     named = list(named_tensors)
+    if set(engine_urls) != {e.url for e in plan.by_role("engine")}:
+        plan = without_relays(plan)
     by_transport = _routes_by_transport(plan, source, engine_urls)
     tally = Tally()
     with ThreadPoolExecutor(max_workers=max(len(by_transport), 1), thread_name_prefix="mesh-route") as pool:
@@ -67,9 +71,34 @@ def execute_plan(
     seconds = tally.metrics()["transfer/seconds"]
     metrics["transfer/seconds"] = seconds
     metrics["transfer/gbps"] = metrics["transfer/bytes"] / seconds / 1e9 if seconds > 0 else 0.0
-    failed = {url: why(error) for result in results.values() for url, error in result.failed.items()}
+    failed = _failed_engines(
+        plan, {url: why(error) for result in results.values() for url, error in result.failed.items()}, version
+    )
     updated = [url for url in engine_urls if url not in failed]
     return {"metrics": metrics, "updated": updated, "failed": failed}
+
+
+def _failed_engines(plan: Plan, failed_receivers: dict[str, str], version: int) -> dict[str, str]:
+    """A relay that failed names the engines behind it that did not commit; which did is asked of
+    each of them (the version it serves), so no engine is claimed to hold what it does not."""
+    from loongsage.inference.client import EngineClient, EngineError
+
+    failed = {}
+    for endpoint in plan.endpoints.values():
+        if endpoint.url not in failed_receivers:
+            continue
+        if endpoint.role != "relay":
+            failed[endpoint.url] = failed_receivers[endpoint.url]
+            continue
+        for route in plan.routes_from(endpoint.name):
+            url = plan.endpoint(route.receiver).url
+            try:
+                served = EngineClient(url, timeout=30).get_weight_version()
+            except EngineError as exc:
+                served = f"unknown ({exc})"
+            if served != str(version):
+                failed[url] = f"through relay {endpoint.name} (serves version {served}): {failed_receivers[endpoint.url]}"
+    return failed
 
 
 def _routes_by_transport(plan: Plan, source: str, engine_urls: list[str]) -> dict[str, list[Route]]:
@@ -80,13 +109,17 @@ def _routes_by_transport(plan: Plan, source: str, engine_urls: list[str]) -> dic
         raise ValueError(f"the route plan has no route to {', '.join(unknown)}; it covers {', '.join(sorted(known))}")
     grouped: dict[str, list[Route]] = defaultdict(list)
     for route in plan.routes_from(source):
-        if plan.endpoint(route.receiver).url in wanted:
-            if route.shards != 1:
-                raise NotImplementedError(
-                    f"route {route.sender} -> {route.receiver} carries share {route.shard}/{route.shards}: "
-                    "several sources are planned but only one sends yet"
-                )
-            grouped[route.transport].append(route)
+        receiver = plan.endpoint(route.receiver)
+        if receiver.role == "engine" and receiver.url not in wanted:
+            continue
+        if route.shards != 1:
+            raise NotImplementedError(
+                f"route {route.sender} -> {route.receiver} carries share {route.shard}/{route.shards}: "
+                "several sources are planned but only one sends yet"
+            )
+        if receiver.url is None:
+            raise ValueError(f"{receiver.role} {receiver.name} has no URL: relays must be started before a push")
+        grouped[route.transport].append(route)
     return dict(grouped)
 
 
@@ -125,5 +158,5 @@ def without_relays(plan: Plan) -> Plan:
             feed = into[route.sender]
             routes.append(replace(feed, receiver=route.receiver))
     endpoints = {name: e for name, e in plan.endpoints.items() if name not in relays}
-    notes = [*plan.notes, f"{len(relays)} relay(s) planned are not run yet: their engines receive straight from the source"]
+    notes = [*plan.notes, f"without its {len(relays)} relay(s): their engines receive straight from the source"]
     return Plan(endpoints, routes, notes)

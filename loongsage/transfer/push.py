@@ -94,12 +94,12 @@ def push_buckets(
     check_reach(transport_name, receiver_urls, sender_host)
     check_device(transport_name)
     tally = Tally()
-    failed = _push_once(make_buckets(), list(receiver_urls), version, transport_name, sender_host, pipelined, tally)
+    failed = push_stream(versioned(make_buckets(), version), list(receiver_urls), transport_name, sender_host, pipelined, tally)
     retried = len(failed)
     still: dict[str, BaseException] = {}
     for url, error in failed.items():
         log.warning("weight push of version %d to %s failed (%s); retrying it alone", version, url, why(error))
-        again = _push_once(make_buckets(), [url], version, transport_name, sender_host, pipelined, Tally())
+        again = push_stream(versioned(make_buckets(), version), [url], transport_name, sender_host, pipelined, Tally())
         if again:
             still[url] = again[url]
             log.error("weight push of version %d to %s failed again: %s", version, url, why(again[url]))
@@ -107,16 +107,23 @@ def push_buckets(
     return PushResult(tally, updated, still, retried)
 
 
-def _push_once(
-    buckets: Iterable[NamedTensors],
+def versioned(buckets: Iterable[NamedTensors], version: int) -> Iterator[tuple[NamedTensors, str | None]]:
+    """Each bucket with the weight version it carries: none but the last."""
+    for bucket, last in _with_last(buckets):
+        yield bucket, str(version) if last else None
+
+
+def push_stream(
+    items: Iterable[tuple[NamedTensors, str | None]],
     urls: list[str],
-    version: int,
     transport_name: str,
     sender_host: str,
     pipelined: bool,
     tally: Tally,
 ) -> dict[str, BaseException]:
-    """One attempt; returns the receivers that failed, with why."""
+    """One attempt at delivering (bucket, weight version) items in order, inside a session on
+    every receiver; returns the receivers that failed, with why. A relay forwards with it as
+    the buckets arrive."""
     from loongsage.inference.client import EngineClient
     from loongsage.transfer.session import update_sessions
 
@@ -128,7 +135,7 @@ def _push_once(
             # receive left pending by a refused distributed bucket blocks until the group is gone.
             channel = get_transport(transport_name).open(clients, sender_host)
             try:
-                _stream(channel, buckets, str(version), pipelined, tally)
+                _stream(channel, items, pipelined, tally)
             finally:
                 channel.close()
     except Exception as exc:  # a session call failed: every receiver is in doubt
@@ -142,15 +149,17 @@ def _push_once(
     return dict(channel.failed)
 
 
-def _stream(channel: Channel, buckets: Iterable[NamedTensors], version: str, pipelined: bool, tally: Tally) -> None:
-    """Deliver every bucket, the version with the last; pack the next while one is delivered."""
+def _stream(channel: Channel, items: Iterable[tuple[NamedTensors, str | None]], pipelined: bool, tally: Tally) -> None:
+    """Deliver every bucket in order; pack the next while one is delivered. A bucket is posted
+    only once the one before it was answered: the engines commit what they hold when the
+    versioned bucket arrives, so nothing may overtake it."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="push-deliver") as sender:
         in_flight: tuple[Future, object] | None = None
-        for bucket, last in _with_last(buckets):
+        for bucket, version in items:
             packed = channel.pack(bucket)
             if in_flight is not None:
                 _finish(channel, *in_flight)
-            in_flight = (sender.submit(channel.deliver, packed, version if last else None), packed)
+            in_flight = (sender.submit(channel.deliver, packed, version), packed)
             tally.add(tensor for _, tensor in bucket)
             if not pipelined:
                 _finish(channel, *in_flight)

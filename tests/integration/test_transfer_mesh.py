@@ -5,6 +5,8 @@ the others."""
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import httpx
 import pytest
 import torch
@@ -16,6 +18,7 @@ from loongsage.inference.client import EngineClient
 from loongsage.inference.embedded.weights import read_safetensors
 from loongsage.transfer import PushFailed, push_weights
 from loongsage.transfer.mesh import SOURCE, execute_plan
+from loongsage.transfer.relay import Relay, RelayServer
 from loongsage.transfer.routes import Endpoint, Plan, Route
 
 from .engine_support import running_engine
@@ -138,3 +141,68 @@ def test_a_receiver_failing_mid_push_keeps_its_old_weights_is_retried_and_the_ot
         after = parameters(broken)
         assert all(torch.equal(before[name], after[name]) for name in before)
         assert EngineClient(broken.base_url).get_server_info()["staged_weight_tensors"] == 0
+
+
+def relayed_plan(relay_url: str, engine_urls: list[str], into_relay: str) -> Plan:
+    """The engines' host has no source: the weights cross to its relay once (over `into_relay`)
+    and fan out there over shm."""
+    endpoints = [
+        Endpoint(SOURCE, "source", "trainer-host"),
+        Endpoint("relay/engine-host/0", "relay", "engine-host", url=relay_url),
+        *[Endpoint(f"engine/{i}", "engine", "engine-host", url=url) for i, url in enumerate(engine_urls)],
+    ]
+    routes = [
+        Route(SOURCE, "relay/engine-host/0", into_relay, "tcp"),
+        *[Route("relay/engine-host/0", f"engine/{i}", "shm", "host_shm") for i in range(len(engine_urls))],
+    ]
+    plan = Plan({e.name: e for e in endpoints}, routes)
+    plan.check()
+    return plan
+
+
+@contextmanager
+def running_relay(engine_urls: list[str]):
+    server = RelayServer(Relay({"shm": engine_urls}, "127.0.0.1"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("into_relay", ["gloo", "inline"])
+def test_a_relay_takes_the_weights_once_and_every_engine_behind_it_serves_them(tiny_model_path, into_relay):
+    named = trained_weights(tiny_model_path)
+    with running_engine(tiny_model_path) as first, running_engine(tiny_model_path) as second:
+        urls = [first.base_url, second.base_url]
+        with running_relay(urls) as relay:
+            plan = relayed_plan(relay.base_url, urls, into_relay)
+            report = execute_plan(plan, SOURCE, named, urls, 3, "127.0.0.1", bucket_mb=1)
+        assert report["failed"] == {} and report["updated"] == urls
+        model_bytes = sum(t.numel() * t.element_size() for _, t in named)
+        assert report["metrics"][f"transfer/bytes/{into_relay}"] == model_bytes  # one copy crossed, for two engines
+        assert [EngineClient(url).get_weight_version() for url in urls] == ["3", "3"]
+        with running_engine(tiny_model_path) as direct:
+            push_weights(named, [direct.base_url], 3, SMALL_BUCKETS, "shm")
+            expected = parameters(direct)
+        for server in (first, second):
+            got = parameters(server)
+            assert all(torch.equal(got[name], expected[name]) for name in expected)
+
+
+def test_an_engine_failing_behind_a_relay_is_reported_and_keeps_its_weights_the_other_commits(tiny_model_path, proxies):
+    named = trained_weights(tiny_model_path)
+    with running_engine(tiny_model_path) as healthy, running_engine(tiny_model_path) as broken:
+        broken_proxy = proxies(broken.base_url, 2, None)
+        before = parameters(broken)
+        with running_relay([healthy.base_url, broken_proxy.url]) as relay:
+            plan = relayed_plan(relay.base_url, [healthy.base_url, broken_proxy.url], "gloo")
+            report = execute_plan(plan, SOURCE, named, [healthy.base_url, broken_proxy.url], 4, "127.0.0.1", bucket_mb=1)
+        assert report["updated"] == [healthy.base_url]
+        assert list(report["failed"]) == [broken_proxy.url]
+        assert "through relay relay/engine-host/0 (serves version default)" in report["failed"][broken_proxy.url]
+        assert "injected: the link dropped" in report["failed"][broken_proxy.url]
+        assert report["metrics"]["transfer/retries"] == 1  # the relay, once, which forwarded again
+        assert EngineClient(healthy.base_url).get_weight_version() == "4"
+        after = parameters(broken)
+        assert all(torch.equal(before[name], after[name]) for name in before)

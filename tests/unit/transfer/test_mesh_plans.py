@@ -48,7 +48,7 @@ def test_without_relays_sends_what_a_relay_would_forward_straight_from_its_sende
         ("engine/1", "gloo", "tcp"),
         ("engine/2", "gloo", "tcp"),
     ]
-    assert "1 relay(s) planned are not run yet" in flat.notes[-1]
+    assert "without its 1 relay(s)" in flat.notes[-1]
 
 
 def test_a_push_to_an_engine_the_plan_does_not_cover_names_it():

@@ -1,0 +1,227 @@
+"""A node relay: takes a push as an engine would, and forwards each bucket to the engines of its
+host as it arrives, so the weights cross to a node once and fan out there.
+
+It speaks the engine's side of the weight-update protocol (sessions, /update_weights_from_tensor,
+the weight-update group calls, /get_server_info with tp_size 1), so a sender pushes to a relay
+with the code it pushes to an engine with. Forwarding goes over the relay's own routes (from the
+plan: shm on a CPU host, cuda_ipc on a GPU host) through `push.push_stream`, one thread per
+transport, fed through a queue of two buckets: bucket k is forwarded while k+1 is received.
+
+Versions: the relay answers a bucket as soon as it is queued, except the one that carries the
+weight version (the push's last): that answer waits until every engine behind the relay has
+committed, and is an error naming the engines that did not. A session that ends before that
+bucket (the sender failed) stops the forwarding; the engines then end their sessions without a
+commit and keep their old weights.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Mapping
+
+import torch
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from loongsage.http_server import AppServer
+from loongsage.transfer.buckets import NamedTensors, Tally
+from loongsage.transfer.layout import DTYPES
+from loongsage.transfer.process_group import WeightUpdateGroup
+from loongsage.transfer.push import push_stream, why
+from loongsage.transfer.transports import unpack_named_tensors
+
+log = logging.getLogger(__name__)
+
+_END = None  # closes a forwarding queue
+
+
+class RelayRefused(ValueError):
+    """The request is wrong (HTTP 400)."""
+
+
+class RelayFailed(RuntimeError):
+    """Engines behind the relay did not get the weights (HTTP 500)."""
+
+
+class Relay:
+    """`forwards`: transport -> the URLs of the engines this relay feeds over it. `host`: this
+    machine's address as those engines name it."""
+
+    def __init__(self, forwards: Mapping[str, list[str]], host: str, pipelined: bool = True):
+        self.forwards = {transport: list(urls) for transport, urls in forwards.items()}
+        self.host = host
+        self.pipelined = pipelined
+        self._forwarding: _Forwarding | None = None
+        self._groups: dict[str, WeightUpdateGroup] = {}
+        self._lock = threading.Lock()
+
+    def begin(self) -> None:
+        with self._lock:
+            if self._forwarding is not None:
+                raise RelayRefused("a weight-update session is already open; call end_weight_update() first")
+            self._forwarding = _Forwarding(self.forwards, self.host, self.pipelined)
+
+    def end(self) -> None:
+        with self._lock:
+            forwarding, self._forwarding = self._forwarding, None
+        if forwarding is None:
+            raise RelayRefused("no weight-update session is open; call begin_weight_update() first")
+        forwarding.stop()
+
+    def take(self, named: NamedTensors, weight_version: str | None) -> int:
+        """Queue a received bucket; with the version, wait until every engine has committed it."""
+        forwarding = self._forwarding
+        if forwarding is None:
+            raise RelayRefused("update_weights must run between begin_weight_update() and end_weight_update()")
+        forwarding.put(named, weight_version)
+        return len(named)
+
+    def join_group(self, body: dict) -> None:
+        name = body["group_name"]
+        if body.get("backend") != "gloo":
+            raise RelayRefused(f"backend {body.get('backend')!r}: a relay on CPU joins gloo groups only")
+        group = WeightUpdateGroup(
+            "gloo", body["master_address"], int(body["master_port"]), int(body["rank_offset"]), int(body["world_size"]), name
+        )
+        with self._lock:
+            self._groups[name] = group
+
+    def receive(self, body: dict) -> NamedTensors:
+        group = self._groups.get(body.get("group_name", ""))
+        if group is None:
+            raise RelayRefused(f"no weight-update group named {body.get('group_name')!r}")
+        received = []
+        for name, dtype, shape in zip(body["names"], body["dtypes"], body["shapes"]):
+            tensor = torch.empty(shape, dtype=DTYPES[dtype])
+            group.broadcast(tensor, src=0)
+            received.append((name, tensor))
+        return received
+
+    def leave_group(self, name: str) -> None:
+        with self._lock:
+            group = self._groups.pop(name, None)
+        if group is not None:
+            group.close()
+
+
+class _Forwarding:
+    """One session's forwarding: a thread per transport, each pushing what its queue yields."""
+
+    def __init__(self, forwards: Mapping[str, list[str]], host: str, pipelined: bool):
+        self.stopped = False
+        self.queues = {transport: queue.Queue(maxsize=2) for transport in forwards}
+        self.failed: dict[str, BaseException] = {}
+        self.threads = [
+            threading.Thread(target=self._run, args=(transport, urls, host, pipelined), name=f"relay-{transport}", daemon=True)
+            for transport, urls in forwards.items()
+        ]
+        for thread in self.threads:
+            thread.start()
+
+    def _run(self, transport: str, urls: list[str], host: str, pipelined: bool) -> None:
+        items = iter(self.queues[transport].get, _END)
+        try:
+            self.failed.update(push_stream(items, urls, transport, host, pipelined, Tally()))
+        finally:
+            for _ in items:  # drain, so a sender blocked on a full queue goes on
+                pass
+
+    def put(self, named: NamedTensors, weight_version: str | None) -> None:
+        for waiting in self.queues.values():
+            waiting.put((named, weight_version))
+        if weight_version is None:
+            return
+        self.stop()
+        if self.failed:
+            raise RelayFailed(
+                "engines behind this relay did not get the weights: "
+                + "; ".join(f"{url}: {why(exc)}" for url, exc in self.failed.items())
+            )
+
+    def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        for waiting in self.queues.values():
+            waiting.put(_END)
+        for thread in self.threads:
+            thread.join()
+
+
+def relay_app(relay: Relay) -> FastAPI:
+    app = FastAPI()
+
+    async def call(function, *args):
+        try:
+            return await run_in_threadpool(function, *args)
+        except (RelayRefused, KeyError, TypeError, ValueError) as exc:
+            return JSONResponse({"success": False, "message": f"relay: {exc}"}, status_code=400)
+        except Exception as exc:  # noqa: BLE001  (the sender reads why from the answer)
+            return JSONResponse({"success": False, "message": f"relay: {why(exc)}"}, status_code=500)
+
+    def ok(message: str) -> dict:
+        return {"success": True, "message": message}
+
+    @app.get("/get_server_info")
+    @app.get("/server_info")
+    async def server_info():
+        return {"tp_size": 1, "relay_for": relay.forwards}
+
+    @app.post("/begin_weight_update")
+    async def begin(request: Request):
+        return await call(lambda: relay.begin() or ok("Success"))
+
+    @app.post("/end_weight_update")
+    async def end(request: Request):
+        return await call(lambda: relay.end() or ok("Success"))
+
+    @app.post("/update_weights_from_tensor")
+    async def from_tensor(request: Request):
+        body = await request.json()
+
+        def take():
+            (payload,) = body["serialized_named_tensors"]
+            named = unpack_named_tensors(body.get("load_format"), payload)
+            return ok(f"forwarded {relay.take(named, body.get('weight_version'))} tensors")
+
+        return await call(take)
+
+    @app.post("/init_weights_update_group")
+    async def init_group(request: Request):
+        body = await request.json()
+        return await call(lambda: relay.join_group(body) or ok(f"joined {body.get('group_name')!r}"))
+
+    @app.post("/update_weights_from_distributed")
+    async def from_distributed(request: Request):
+        body = await request.json()
+        return await call(lambda: ok(f"forwarded {relay.take(relay.receive(body), body.get('weight_version'))} tensors"))
+
+    @app.post("/destroy_weights_update_group")
+    async def destroy_group(request: Request):
+        body = await request.json()
+        return await call(lambda: relay.leave_group(body.get("group_name", "")) or ok("destroyed"))
+
+    return app
+
+
+class RelayServer(AppServer):
+    def __init__(self, relay: Relay, host: str = "127.0.0.1", port: int = 0):
+        super().__init__(relay_app(relay), host, port, name="transfer-relay")
+        self.relay = relay
+
+
+class RelayActor:
+    """A relay as a Ray actor on its node: `forwards` as for Relay, `host` the node's address
+    (the relay serves there, for senders on other nodes)."""
+
+    def __init__(self, forwards: Mapping[str, list[str]], host: str):
+        self.server = RelayServer(Relay(forwards, host), host=host)
+
+    def start(self) -> str:
+        return self.server.start()
+
+    def stop(self) -> None:
+        self.server.stop()
