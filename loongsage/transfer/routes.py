@@ -82,6 +82,21 @@ class Plan:
     def routes_from(self, sender: str) -> list[Route]:
         return [r for r in self.routes if r.sender == sender]
 
+    def origin(self, route: Route) -> Route:
+        """The route that brings `route`'s share from a source into its sender, followed back
+        through any relays (a relay may get a share from a relay on another host, or from a
+        sibling relay on its own). For a route out of a source, the route itself. Flattening a
+        plan without running relays: `replace(plan.origin(r), receiver=r.receiver, shard=r.shard,
+        shards=r.shards)` for each route out of a relay into an engine."""
+        while self.endpoint(route.sender).role == "relay":
+            # bucket number `shard` lies in this route's share; whichever route into the relay
+            # carries that bucket carries the share (its split divides this one, see check()).
+            feeding = [r for r in self.routes_into(route.sender) if r.carries(route.shard)]
+            if len(feeding) != 1:
+                raise ValueError(f"{route.sender}: {len(feeding)} routes bring it share {route.shard}/{route.shards}")
+            route = feeding[0]
+        return route
+
     def transports(self) -> Counter:
         """Routes per transport, into engines and relays alike."""
         return Counter(r.transport for r in self.routes)

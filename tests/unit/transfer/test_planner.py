@@ -305,3 +305,14 @@ def test_plans_are_data_json_round_trip_and_render():
     assert text.startswith("route plan: 8 source(s), 8 relay(s), 8 engine(s); routes: 64 cuda_ipc, 8 nccl")
     assert f"relay relay/{IB[1]}/0 @ {IB[1]}/gpu0: trainer/{IB[0]}/0 --nccl[rdma]--> share 0/8" in text
     assert "8 shares of 8 from 8 sender(s)" in text and "1 cuda_ipc[same_device], 7 cuda_ipc[nvlink]" in text
+
+
+def test_every_engine_share_traces_back_to_a_source():
+    """What a mesh that does not run relays yet sends: each engine's shares straight from their sources."""
+    topology = TopologyModel.synthetic(6)
+    plan = plan_routes(topology, trainers("node0", range(8)), [e for h in range(1, 6) for e in engines(f"node{h}", range(8))])
+    assert [r for r in plan.routes if r.sender.startswith("relay/") and r.receiver.startswith("relay/") and r.link == "rdma"]
+    for engine in plan.by_role("engine"):
+        origins = [plan.origin(r) for r in plan.routes_into(engine.name)]
+        assert {o.sender.split("/")[0] for o in origins} == {"trainer"}
+        assert sorted(o.shard for o in origins) == list(range(8))

@@ -108,3 +108,15 @@ def test_render_summarises_a_receiver_with_many_shares():
 def test_unknown_role_is_refused():
     with pytest.raises(ValueError, match="role 'trainer' is not one of"):
         Endpoint("x", "trainer", "h0")
+
+
+def test_origin_follows_a_share_back_through_relays_to_its_source():
+    routes = [route("s1", "r1", 0, 2), route("s2", "r2", 1, 2), route("r1", "r2", 0, 2), route("r2", "e1", 0, 2)]
+    routes += [route("r2", "e1", 1, 2)]
+    chained = plan(routes)
+    chained.check()
+    assert chained.origin(route("r2", "e1", 0, 2)) == route("s1", "r1", 0, 2)
+    assert chained.origin(route("r2", "e1", 1, 2)) == route("s2", "r2", 1, 2)
+    assert chained.origin(route("s1", "r1", 0, 2)) == route("s1", "r1", 0, 2)
+    with pytest.raises(ValueError, match="r1: 0 routes bring it share 1/2"):
+        chained.origin(route("r1", "e1", 1, 2))
