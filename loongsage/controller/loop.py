@@ -33,7 +33,7 @@ from loongsage.controller.rewards import RewardPool
 from loongsage.controller.rollout import EngineSeats, RolloutGroup
 from loongsage.controller.rollout_pipeline import ROLLOUT_GROUP_THREAD, RolloutPipeline, RolloutSource
 from loongsage.controller.warm_start import warm_start
-from loongsage.controller.weight_routes import plan_weight_routes
+from loongsage.controller.weight_routes import plan_weight_routes, stop_relays
 from loongsage.inference.activity import IdleClock
 from loongsage.models import resolve_model_path
 from loongsage.sample import Sample
@@ -50,6 +50,7 @@ class Controller:
     def __init__(self, cfg: Config, run_dir: Path):
         self.cfg = cfg
         self.run_dir = run_dir
+        self.relays: list = []  # TransferMesh's node relays, started with the route plan
         model_path = str(resolve_model_path(cfg.model.name))
         self.data = DataStream(cfg.data, cfg.rollout.prompts_per_step, cfg.run.seed)
         self.placement = place_actors(cfg)
@@ -133,7 +134,8 @@ class Controller:
         2. the engines stop, so every request in flight ends: the pipeline's group threads, the
            agent episodes and the request loop's coroutines return instead of waiting forever;
         3. the rollout source: the agent episode pool and router server, or the reward workers;
-        4. the trainer's actors, so a training call given up on returns;
+        4. the trainer's actors, so a training call given up on returns, then the weight relays
+           (nothing pushes through them any more);
         5. the threads given up on (a controller call, the pipeline's groups) are waited for,
            bounded: Ray ends the whole process if one of its threads calls it after
            ray.shutdown(), which run.py does next;
@@ -143,6 +145,7 @@ class Controller:
         self.rollout.shutdown()
         self.source.close()
         self.trainer.shutdown()
+        stop_relays(self.relays)
         stuck = [thread for thread in [self.calls.close(SHUTDOWN_WAIT_S)] if thread is not None]
         if self.pipeline is not None and self.pipeline.wait_for_groups(SHUTDOWN_WAIT_S):
             stuck += [t for t in threading.enumerate() if t.name.startswith(ROLLOUT_GROUP_THREAD)]
@@ -268,7 +271,7 @@ class Controller:
     def _plan_weight_routes(self) -> None:
         """TransferMesh: the route of every engine's weights, planned once from the probed topology."""
         trainer_seats = self.placement.seats("trainer")
-        plan = plan_weight_routes(
+        plan, self.relays = plan_weight_routes(
             self.cfg.trainer.weight_sync,
             self.trainer.rank0_host,
             list(trainer_seats[0].gpus) if trainer_seats else [],

@@ -156,7 +156,9 @@ class RolloutGroup:
     def _publish(self, version: int, report: dict) -> None:
         """Only engines that hold `version` serve it; a push that reached none stops the run."""
         for url, why in report["failed"].items():
-            log.error("engine %s did not get weight version %d (%s): out of rotation until a later push reaches it", url, version, why)
+            log.error(
+                "engine %s did not get weight version %d (%s): out of rotation until a later push reaches it", url, version, why
+            )
         if not report["updated"]:
             raise RuntimeError(f"the weight push of version {version} reached no engine: {report['failed']}")
         self.roster.publish(version, report["updated"])

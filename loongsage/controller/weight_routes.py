@@ -1,8 +1,9 @@
 """The route plan of the run's weight pushes (TransferMesh), made once the trainer and the
 engines are placed: the trainer's rank 0 is the source, every engine a receiver; the topology is
 probed on every Ray node. `trainer.weight_sync=mesh` lets the planner choose per engine; a
-transport name restricts it to that one (and fails naming an engine it cannot reach). The plan
-is printed, and kept in the run dir as transfer_plan.json."""
+transport name restricts it to that one (and fails naming an engine it cannot reach). The
+relays the plan has are started as Ray actors on their nodes (`transfer.relay`). The plan is
+printed, and kept in the run dir as transfer_plan.json."""
 
 from __future__ import annotations
 
@@ -13,17 +14,20 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from loongsage.cluster.probe_all import probe_ray_cluster
-from loongsage.transfer.mesh import SOURCE, without_relays
+from loongsage.transfer.mesh import SOURCE
 from loongsage.transfer.planner import plan_routes
 from loongsage.transfer.push import LOOPBACK
+from loongsage.transfer.relay import RelayActor
 from loongsage.transfer.routes import Endpoint, Plan
 from loongsage.transfer.topology_model import TopologyModel
 
 log = logging.getLogger(__name__)
 
 PLAN_FILE = "transfer_plan.json"
+RELAY_START_TIMEOUT_S = 120
 
 
 def plan_weight_routes(
@@ -33,7 +37,8 @@ def plan_weight_routes(
     engine_urls: list[str],
     engine_gpus: list[list[int]] | None,
     run_dir: Path,
-) -> Plan:
+) -> tuple[Plan, list]:
+    """The plan, and the relay actors it started (`stop_relays` at shutdown)."""
     topology = _loopback_is_here(TopologyModel(probe_ray_cluster()).with_ray_nodes(ray.nodes()))
     source = Endpoint(SOURCE, "source", trainer_host, _probed_gpus(topology, trainer_host, trainer_gpus))
     engines = []
@@ -42,10 +47,35 @@ def plan_weight_routes(
         gpus = _probed_gpus(topology, host, engine_gpus[i] if engine_gpus else [])
         engines.append(Endpoint(f"engine/{i}", "engine", host, gpus, url))
     transports = None if weight_sync == "mesh" else {weight_sync}
-    plan = without_relays(plan_routes(topology, [source], engines, transports))
+    plan = plan_routes(topology, [source], engines, transports)
+    plan, relays = _start_relays(plan, topology)
     (run_dir / PLAN_FILE).write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
     log.info("trainer.weight_sync=%s:\n%s", weight_sync, plan.render())
-    return plan
+    return plan, relays
+
+
+def _start_relays(plan: Plan, topology: TopologyModel) -> tuple[Plan, list]:
+    """One RelayActor per relay of the plan, on the Ray node of its host, serving on that node's
+    address; the plan's relay endpoints get their URLs."""
+    nodes = {topology.host(node["NodeManagerAddress"]): node for node in ray.nodes() if node.get("Alive")}
+    actor = ray.remote(RelayActor)
+    relays, endpoints = [], dict(plan.endpoints)
+    for relay in plan.by_role("relay"):
+        node = nodes[relay.host]
+        forwards: dict[str, list[str]] = {}
+        for route in plan.routes_from(relay.name):
+            forwards.setdefault(route.transport, []).append(plan.endpoint(route.receiver).url)
+        handle = actor.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(
+            forwards, node["NodeManagerAddress"]
+        )
+        relays.append(handle)
+        endpoints[relay.name] = replace(relay, url=ray.get(handle.start.remote(), timeout=RELAY_START_TIMEOUT_S))
+    return Plan(endpoints, plan.routes, plan.notes), relays
+
+
+def stop_relays(relays: list) -> None:
+    for relay in relays:
+        ray.kill(relay)
 
 
 def _probed_gpus(topology: TopologyModel, host: str, gpus: list[int]) -> tuple[int, ...]:
