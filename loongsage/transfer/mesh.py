@@ -90,8 +90,7 @@ def _failed_engines(plan: Plan, failed_receivers: dict[str, str], version: int) 
         if endpoint.role != "relay":
             failed[endpoint.url] = failed_receivers[endpoint.url]
             continue
-        for route in plan.routes_from(endpoint.name):
-            url = plan.endpoint(route.receiver).url
+        for url in engines_behind(plan, endpoint.name):
             try:
                 served = EngineClient(url, timeout=30).get_weight_version()
             except EngineError as exc:
@@ -147,16 +146,31 @@ SOURCE = "trainer/0"  # the trainer rank that sends: rank 0 holds the gathered w
 
 
 def without_relays(plan: Plan) -> Plan:
-    """Each engine fed by a relay gets the relay's incoming route instead, straight from its sender."""
+    """Each engine fed through relays gets the route that brings its share out of a source
+    instead, straight from that source."""
     relays = {e.name for e in plan.by_role("relay")}
     if not relays:
         return plan
-    into = {r.receiver: r for r in plan.routes if r.receiver in relays}
     routes = [r for r in plan.routes if r.receiver not in relays and r.sender not in relays]
     for route in plan.routes:
-        if route.sender in relays:
-            feed = into[route.sender]
-            routes.append(replace(feed, receiver=route.receiver))
+        if route.sender in relays and route.receiver not in relays:
+            routes.append(replace(plan.origin(route), receiver=route.receiver, shard=route.shard, shards=route.shards))
     endpoints = {name: e for name, e in plan.endpoints.items() if name not in relays}
     notes = [*plan.notes, f"without its {len(relays)} relay(s): their engines receive straight from the source"]
     return Plan(endpoints, routes, notes)
+
+
+def engines_behind(plan: Plan, relay: str) -> list[str]:
+    """Every engine a relay feeds, itself or through the relays it feeds."""
+    found, waiting, seen = [], [relay], {relay}
+    while waiting:
+        for route in plan.routes_from(waiting.pop()):
+            receiver = plan.endpoint(route.receiver)
+            if receiver.name in seen:
+                continue
+            seen.add(receiver.name)
+            if receiver.role == "relay":
+                waiting.append(receiver.name)
+            else:
+                found.append(receiver.url)
+    return found

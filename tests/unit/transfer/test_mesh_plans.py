@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loongsage.transfer.channel import TRANSPORTS, Transport, get_transport, register_transport
-from loongsage.transfer.mesh import SOURCE, execute_plan, without_relays
+from loongsage.transfer.mesh import SOURCE, engines_behind, execute_plan, without_relays
 from loongsage.transfer.routes import Endpoint, Plan, Route
 
 
@@ -67,3 +67,32 @@ def test_shares_from_several_sources_are_refused_until_they_are_sent():
     plan.check()
     with pytest.raises(NotImplementedError, match="share 0/2: several sources are planned but only one sends yet"):
         execute_plan(plan, SOURCE, [], ["http://b:1"], 1, "a")
+
+
+def test_a_chain_of_relays_flattens_to_the_sources_route_and_a_relay_answers_for_everything_downstream():
+    endpoints = [
+        Endpoint(SOURCE, "source", "node1"),
+        Endpoint("relay/node2/0", "relay", "node2"),
+        Endpoint("relay/node3/0", "relay", "node3"),
+        Endpoint("engine/0", "engine", "node2", url="http://node2:1"),
+        Endpoint("engine/1", "engine", "node3", url="http://node3:1"),
+        Endpoint("engine/2", "engine", "node3", url="http://node3:2"),
+    ]
+    routes = [
+        Route(SOURCE, "relay/node2/0", "gloo", "tcp"),
+        Route("relay/node2/0", "engine/0", "shm", "host_shm"),
+        Route("relay/node2/0", "relay/node3/0", "gloo", "tcp"),
+        Route("relay/node3/0", "engine/1", "shm", "host_shm"),
+        Route("relay/node3/0", "engine/2", "shm", "host_shm"),
+    ]
+    plan = Plan({e.name: e for e in endpoints}, routes)
+    plan.check()
+    assert engines_behind(plan, "relay/node2/0") == ["http://node2:1", "http://node3:1", "http://node3:2"]
+    assert engines_behind(plan, "relay/node3/0") == ["http://node3:1", "http://node3:2"]
+    flat = without_relays(plan)
+    flat.check()
+    assert sorted((r.sender, r.receiver, r.transport) for r in flat.routes) == [
+        (SOURCE, "engine/0", "gloo"),
+        (SOURCE, "engine/1", "gloo"),
+        (SOURCE, "engine/2", "gloo"),
+    ]
