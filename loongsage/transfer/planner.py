@@ -114,6 +114,8 @@ class _LocalRoutes:
         local = [s for s in self.sources if s.host == host]
         unreached, used = [], Counter()
         for engine in engines:
+            if self._reads_own_replicas(engine, local):
+                continue
             found = [(o, n, s) for n, s in enumerate(local) if (o := self.best(s, engine))]
             if not found:
                 unreached.append(engine)
@@ -135,6 +137,20 @@ class _LocalRoutes:
             names = ", ".join(e.name for e in unreached)
             self.notes.append(f"{host}: no allowed transport from a local source reaches {names}: fed from other hosts")
         return unreached
+
+    def _reads_own_replicas(self, engine: Endpoint, local: list[Endpoint]) -> bool:
+        """A tensor-parallel engine with a source on every one of its GPUs (colocated): one
+        cuda_ipc[same_device] route, each of its ranks reads the replica on its own GPU (as SGLang's
+        colocated update gathers every rank's handle), instead of seven ranks reading one GPU."""
+        on_gpu = {g: s for s in reversed(local) for g in s.gpus}
+        if len(engine.gpus) < 2 or "cuda_ipc" not in self.allowed or not set(engine.gpus) <= set(on_gpu):
+            return False
+        spec = self.topology.link_spec("same_device")
+        self.route(on_gpu[engine.gpus[0]], engine, Option("cuda_ipc", "same_device", spec.gbps))
+        for gpu in engine.gpus:
+            self.local_load[on_gpu[gpu].name] += 1
+        self.notes.append(f"{engine.host}: {engine.name} reads the replica on each of its {len(engine.gpus)} GPUs")
+        return True
 
     # ------------------------------------------------------------ the plan
 

@@ -45,7 +45,10 @@ class Endpoint:
 class Route:
     """One hop: `receiver` gets the buckets with index % shards == shard from `sender` over
     `transport` (a registry name: cuda_ipc | nccl | shm | gloo | inline), crossing a link of
-    class `link` (a topology-model link class: same_device | nvlink | pcie | host_shm | rdma | tcp)."""
+    class `link` (a topology-model link class: same_device | nvlink | pcie | host_shm | rdma | tcp).
+    A same_device route into an engine of several GPUs means each of its GPUs reads the replica a
+    source holds on that same GPU (the sources there hand over their IPC handles together, as
+    SGLang's colocated update gathers every rank's handle); `sender` names the one on its first GPU."""
 
     sender: str
     receiver: str

@@ -29,10 +29,11 @@ from loongsage.transfer.transport_choice import TRANSPORTS, Option, best_option,
 
 @dataclass(frozen=True)
 class _Port:
-    """A sender that can pass share on: `endpoint` holds it, or gets it first from `supplier` on its host."""
+    """A sender that can pass a share on: `endpoint` holds it, or gets it first from `supplier`
+    (another port on its host, itself perhaps fed by a port before it)."""
 
     endpoint: Endpoint
-    supplier: Endpoint | None = None
+    supplier: _Port | None = None
     seed_of: str | None = None  # the source port it starts a tree from (reserved until used)
 
 
@@ -44,7 +45,7 @@ class ShareTrees:
         self.depth: Counter = Counter()  # (endpoint, share) -> hosts crossed from a source
         self.load: Counter = Counter()  # sending port -> streams it carries out
         self.reserved: Counter = Counter()  # source port -> tree starts not yet sent (so nothing else takes them)
-        self.fan_load: Counter = Counter()  # relay -> routes it serves inside its host
+        self.fan_load: Counter = Counter()  # relay -> copies it sends inside its host (NVLink / shm)
         self.relays_of: dict[str, list[Endpoint]] = {}  # host -> its relays
         self.streams: Counter = Counter()  # share streams between hosts, by who sends them
 
@@ -97,8 +98,7 @@ class ShareTrees:
             receiver = relays[share % len(relays)]
             self._feed(receiver, share, shards, queue)
             if n in inner:  # its relays pass the share on, the one holding it first
-                siblings = [r for r in relays if r is not receiver]
-                queue.extend([_Port(receiver), *(_Port(r, receiver) for r in siblings)])
+                queue.extend(_sibling_chain(receiver, relays))
 
     def _feed(self, receiver: Endpoint, share: int, shards: int, queue: deque) -> None:
         """One share into `receiver`: from the next usable port of the tree (breadth first, so the
@@ -120,11 +120,15 @@ class ShareTrees:
         """The port's endpoint holds the share, or gets it now from its supplier inside the host."""
         if self._holds(port.endpoint, share):
             return True
-        option = self._best(port.supplier, port.endpoint) if port.supplier else None
+        if port.supplier is None or not self._ready(port.supplier, share, shards):
+            return False
+        supplier = port.supplier.endpoint
+        option = self._best(supplier, port.endpoint)
         if option is None:
             return False
-        self.routes.append(Route(port.supplier.name, port.endpoint.name, option.transport, option.link, share, shards))
-        self._hold(port.endpoint, share, self.depth[(port.supplier.name, share)])
+        self.routes.append(Route(supplier.name, port.endpoint.name, option.transport, option.link, share, shards))
+        self.fan_load[supplier.name] += 1
+        self._hold(port.endpoint, share, self.depth[(supplier.name, share)])
         return True
 
     def _send_from_least_loaded(self, receiver: Endpoint, share: int, shards: int) -> None:
@@ -134,7 +138,7 @@ class ShareTrees:
         for n, port in enumerate(self._ports_holding(share)):
             if port.endpoint.host != receiver.host and (option := self._best(port.endpoint, receiver)):
                 key = self._port(port.endpoint, option)
-                depth = self.depth[((port.supplier or port.endpoint).name, share)]
+                depth = self.depth[((port.supplier or port).endpoint.name, share)]
                 rank = (-option.gbps, TRANSPORTS.index(option.transport), self.load[key] + self.reserved[key], depth, n)
                 found.append((rank, port, option))
         for _, port, option in sorted(found, key=lambda item: item[0]):
@@ -148,7 +152,7 @@ class ShareTrees:
         for relays in self.relays_of.values():
             holder = next((r for r in relays if self._holds(r, share)), None)
             if holder is not None:
-                ports += [_Port(r, None if self._holds(r, share) else holder) for r in relays]
+                ports += [_Port(r, None if self._holds(r, share) else _Port(holder)) for r in relays]
         return ports
 
     def _send(self, sender: Endpoint, receiver: Endpoint, option: Option, share: int, shards: int) -> None:
@@ -169,8 +173,11 @@ class ShareTrees:
     # ------------------------------------------------------------ inside a relay host
 
     def _fan_out(self, relays: list[Endpoint], engines: list[Endpoint], shards: int) -> None:
+        # shares only one relay holds first: the choice for the others then avoids the relays
+        # that will be busy anyway
+        by_holders = sorted(range(shards), key=lambda share: sum(self._holds(r, share) for r in relays))
         for engine in engines:
-            for share in range(shards):
+            for share in by_holders:
                 found = []
                 for n, relay in enumerate(relays):
                     option = self._best(relay, engine) if self._holds(relay, share) else None
@@ -179,7 +186,8 @@ class ShareTrees:
                         found.append((rank, relay, option))
                 _, relay, option = min(found, key=lambda item: item[0])
                 self.routes.append(Route(relay.name, engine.name, option.transport, option.link, share, shards))
-                self.fan_load[relay.name] += 1
+                # copies leaving the relay (its GPU's NVLink): one per engine GPU it is not on
+                self.fan_load[relay.name] += len(set(engine.gpus) - set(relay.gpus)) if engine.gpus else 1
 
     # ------------------------------------------------------------ helpers
 
@@ -209,3 +217,15 @@ class ShareTrees:
             f"sources over {len(ports)} port(s), {self.streams['passed on']} passed on by relays; deepest relay "
             f"{depth} host hop(s) from a source; busiest port sends {busiest} stream(s)"
         )
+
+
+def _sibling_chain(holder: Endpoint, relays: list[Endpoint]) -> list[_Port]:
+    """The ports of an inner host: the relay holding the share, then its siblings, each getting the
+    share from the one before it. A chain, not a star: each relay's GPU sends the share on once,
+    so the relay that brought it in can still serve it to the host's engines (a tensor-parallel
+    engine over all eight GPUs reads each share from one GPU seven times)."""
+    ports = [_Port(holder)]
+    for relay in relays:
+        if relay is not holder:
+            ports.append(_Port(relay, ports[-1]))
+    return ports

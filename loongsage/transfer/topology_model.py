@@ -189,6 +189,8 @@ class TopologyModel:
         if link in _GPU_CLASSES:
             if hs != hr or not sender.gpus or not receiver.gpus:
                 raise ValueError(f"{sender.name} -> {receiver.name}: {link} needs GPUs on one host at both ends")
+            if link == "same_device":  # each receiving GPU reads a replica on itself (see routes.Route)
+                return [(f"{hr}/gpu{g}:hbm", self.links["same_device"].gbps) for g in receiver.gpus]
             return [r for g in receiver.gpus for r in self._gpu_path(hs, self._nearest_gpu(hs, sender.gpus, g), g)]
         if link == "host_shm":
             if hs != hr:

@@ -85,11 +85,17 @@ def test_colocated_engines_read_their_own_gpu():
         assert into(plan, f"engine/box/{g}") == [(f"trainer/box/{g}", "cuda_ipc", "same_device")]
 
 
-def test_colocated_tensor_parallel_engine_takes_the_source_on_one_of_its_gpus():
+def test_colocated_tensor_parallel_engine_reads_the_replica_on_each_of_its_gpus():
     topology = box("dgx_h100_nvswitch.txt")
     plan = plan_routes(topology, trainers("box", range(8)), engines("box", range(8), tp=2))
-    assert into(plan, "engine/box/2-3") in ([("trainer/box/2", "cuda_ipc", "nvlink")], [("trainer/box/3", "cuda_ipc", "nvlink")])
-    assert len({r.sender for r in plan.routes}) == 4  # four engines, four different sources
+    assert into(plan, "engine/box/2-3") == [("trainer/box/2", "cuda_ipc", "same_device")]
+    route = plan.routes_into("engine/box/2-3")[0]
+    resources = topology.resources(plan.endpoint(route.sender), plan.endpoint("engine/box/2-3"), route.link)
+    assert resources == [("box/gpu2:hbm", 2400.0), ("box/gpu3:hbm", 2400.0)]  # no GPU reads another's memory
+    assert "box: engine/box/2-3 reads the replica on each of its 2 GPUs" in plan.notes
+    # a replica on only one of its GPUs: the other rank reads it over NVLink
+    plan = plan_routes(topology, trainers("box", [0, 2]), engines("box", [0, 1], tp=2))
+    assert into(plan, "engine/box/0-1") == [("trainer/box/0", "cuda_ipc", "nvlink")]
 
 
 def test_pcie_box_uses_p2p_then_nccl_then_shm_as_transports_are_taken_away():
@@ -167,7 +173,7 @@ def test_ib_cluster_tensor_parallel_engines_and_a_colocated_host():
     topology = ib_cluster()
     sources = trainers(IB[0], range(8))
     plan = plan_routes(topology, sources, engines(IB[0], range(8), tp=4) + engines(IB[1], range(8), tp=4))
-    assert {r.link for r in plan.routes_into(f"engine/{IB[0]}/0-1-2-3")} == {"nvlink"}
+    assert {r.link for r in plan.routes_into(f"engine/{IB[0]}/0-1-2-3")} == {"same_device"}
     assert len(plan.routes_into(f"engine/{IB[0]}/0-1-2-3")) == 1  # a full copy from a local source
     assert len(plan.routes_into(f"engine/{IB[1]}/4-5-6-7")) == 8  # a share from each relay
     assert len([r for r in plan.by_role("relay") if r.host == IB[1]]) == 8
