@@ -88,10 +88,15 @@ def _assert_on_their_nodes(logs: str, run_dir, trainer_ranks: int, engines: int,
     assert len(seats) == attempts * (trainer_ranks + engines), logs[-4000:]
     # And the engines really served on node2's address, the weights' source was on node1's.
     plan = json.loads((run_dir / "transfer_plan.json").read_text())
+    host = {e["name"]: e["host"] for e in plan["endpoints"]}
     by_role = {role: [e for e in plan["endpoints"] if e["role"] == role] for role in ("source", "engine")}
     assert [e["host"] for e in by_role["source"]] == [NODES[TRAINER_NODE]], plan
     assert [urlparse(e["url"]).hostname for e in by_role["engine"]] == [NODES[ENGINE_NODE]] * engines, plan
-    assert all(route["link"] != "host_shm" for route in plan["routes"]), plan  # a route that crosses nodes
+    # Every engine is fed, and the weights leave node1 for node2 (straight or through a relay there).
+    assert {r["receiver"] for r in plan["routes"]} >= {e["name"] for e in by_role["engine"]}, plan
+    across = (NODES[TRAINER_NODE], NODES[ENGINE_NODE])
+    crossing = [r for r in plan["routes"] if (host[r["sender"]], host[r["receiver"]]) == across]
+    assert crossing and all(r["link"] != "host_shm" for r in crossing), plan
 
 
 def _assert_weights_crossed(run_dir, steps: int) -> None:
