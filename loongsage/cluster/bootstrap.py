@@ -450,9 +450,8 @@ def start_ray(
 def wait_for_nodes(cluster: RayCluster, timeout_s: float) -> None:
     import ray
 
-    # This process is on the head node: its address, not one Ray would guess (from a loopback
-    # head address Ray guesses 127.0.0.1, rewrites it to the machine's interface address and
-    # finds no Ray node there).
+    # This process runs on the head node: say so, rather than let Ray guess its address (several
+    # Ray nodes may share this machine, each at its own address).
     ray.init(address=cluster.address, _node_ip_address=cluster.head_ip, log_to_driver=False)
     deadline = time.monotonic() + timeout_s
     retried: set[str] = set()
