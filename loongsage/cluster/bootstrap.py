@@ -7,8 +7,9 @@ show node`), not the address this machine's default route leaves by: several slu
 one machine (each with its own NodeAddr, as in the CI's two-node test cluster), and a node's Ray
 must announce the address its node has. Ports come from the job id, so two jobs sharing a node
 do not collide, and are checked free before use; nodes of one job that share a machine split
-the job's worker ports. The end of a job's block is its engines' (HTTP and NCCL ports of rollout.engine=sglang
-servers), so no Ray worker of this or another job takes a port an engine restarts on. Pure
+the job's worker ports. The end of a job's block is its engines' (HTTP and NCCL ports of
+rollout.engine=sglang servers), so no Ray worker of this or another job takes a port an engine
+restarts on. Pure
 helpers (allocation from the environment, ports, what is missing) are apart from the process
 plumbing so they can be tested without Slurm.
 """
