@@ -9,9 +9,8 @@ must announce the address its node has. Ports come from the job id, so two jobs 
 do not collide, and are checked free before use; nodes of one job that share a machine split
 the job's worker ports. The end of a job's block is its engines' (HTTP and NCCL ports of
 rollout.engine=sglang servers), so no Ray worker of this or another job takes a port an engine
-restarts on. Pure
-helpers (allocation from the environment, ports, what is missing) are apart from the process
-plumbing so they can be tested without Slurm.
+restarts on. Pure helpers (allocation from the environment, Slurm's view of the nodes, ports,
+what is missing) are apart from the process plumbing so they can be tested without Slurm.
 """
 
 from __future__ import annotations
