@@ -4,9 +4,9 @@ A transport opens a Channel to a set of receivers (engines, or relays that speak
 protocol). The push loop (`push.py`) drives every channel the same way, so pipelining,
 versioning and failure handling exist once:
 
-    packed = channel.pack(bucket)            # the sender's copy; on the caller's thread
-    channel.deliver(packed, weight_version)  # on the wire and loaded; on the sender thread
-    channel.release(packed)                  # after every receiver answered
+    packed = channel.pack(bucket)   # the sender's copy; on the caller's thread
+    channel.deliver(packed)         # on the wire and taken in; on the sender thread
+    channel.release(packed)         # after every receiver answered
     channel.close()
 
 `pack` of bucket k+1 runs while `deliver` of bucket k is in flight, so a channel keeps at most
@@ -37,7 +37,7 @@ class Channel(Protocol):
 
     def pack(self, bucket: NamedTensors) -> object: ...
 
-    def deliver(self, packed: object, weight_version: str | None) -> None: ...
+    def deliver(self, packed: object) -> None: ...
 
     def release(self, packed: object) -> None: ...
 
@@ -93,7 +93,7 @@ class TensorChannel:
         payload = stack.enter_context((pack_shm if self.name == "shm" else pack_inline)(bucket))
         return stack, lambda: payload
 
-    def deliver(self, packed, weight_version: str | None) -> None:
+    def deliver(self, packed) -> None:
         _, entry = packed
         load_format = None if self.name == "cuda_ipc" else self.name
         sends = {
@@ -103,7 +103,6 @@ class TensorChannel:
                 serialized_named_tensors=[entry() for _ in range(tp_size)],
                 load_format=load_format,
                 flush_cache=True,
-                weight_version=weight_version,
             )
             for client, tp_size in self.live.items()
         }

@@ -74,7 +74,7 @@ class GroupChannel:
     def pack(self, bucket: NamedTensors) -> tuple[list[str], list[torch.Tensor]]:
         return [name for name, _ in bucket], [_sendable(name, tensor, self.device) for name, tensor in bucket]
 
-    def deliver(self, packed, weight_version: str | None) -> None:
+    def deliver(self, packed) -> None:
         if self.failed:
             return  # the group is broken: nobody is listening any more
         names, tensors = packed
@@ -86,7 +86,6 @@ class GroupChannel:
                 shapes=[list(t.shape) for t in tensors],
                 group_name=self.group_name,
                 flush_cache=True,
-                weight_version=weight_version,
             )
             for client in self.clients
         ]

@@ -1,15 +1,17 @@
-"""TransferMesh on a sender: run the routes a plan gives this source, each transport on a
-thread of its own (a push to the engines on this machine over shm goes at the same time as the
-broadcast to the engines on other machines), and report what each route moved.
+"""TransferMesh on a sender: run the routes a plan gives this source in one update round
+(`update_round`), each group of routes (one transport, one share) on a thread of its own (a
+push to the engines on this machine over shm goes at the same time as the broadcast to other
+machines), and report what each route moved and which engines hold the new version.
 
 Engines are named by URL in the plan; a push to some of them (a resync of engines that came
 back) runs only their routes, straight from the source (`without_relays`), since a relay
-forwards to all of its engines. Relays (`relay.py`) take their route from the source as an engine
-would; their engines' outcome comes back in the relay's answer to the last bucket.
+forwards to everything it feeds. Relays (`relay.py`) take their routes from the source as an
+engine would, and say which receivers they could not reach when the round closes them.
 """
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -18,10 +20,11 @@ from urllib.parse import urlparse
 
 import torch
 
-from loongsage.transfer.buckets import NamedTensors, Tally, iter_buckets
+from loongsage.transfer.buckets import NamedTensors, iter_buckets
 from loongsage.transfer.channel import get_transport
-from loongsage.transfer.push import LOOPBACK, PushResult, push_buckets, why
+from loongsage.transfer.push import LOOPBACK, PushFailed, PushResult, check_device, check_reach, push_with_retry, why
 from loongsage.transfer.routes import Endpoint, Plan, Route
+from loongsage.transfer.update_round import UpdateRound
 
 
 def execute_plan(
@@ -34,97 +37,165 @@ def execute_plan(
     bucket_mb: int | None = None,
     pipelined: bool = True,
 ) -> dict:
-    """{"metrics": {...}, "updated": [urls holding `version`], "failed": {url: why}}. A push to
-    some of the engines (a resync) goes straight to them: a relay forwards to all of its own."""
+    """One update round (`update_round`) over the plan's routes out of `source`, each group of
+    routes (same transport, same share) on a thread of its own. Returns {"metrics": {...},
+    "updated": [engines holding `version`], "failed": {engine URL: why}}. A push to some of the
+    engines (a resync) goes straight to them: a relay forwards to everything it feeds."""
     named = list(named_tensors)
     if set(engine_urls) != {e.url for e in plan.by_role("engine")}:
         plan = without_relays(plan)
-    by_transport = _routes_by_transport(plan, source, engine_urls)
-    tally = Tally()
-    with ThreadPoolExecutor(max_workers=max(len(by_transport), 1), thread_name_prefix="mesh-route") as pool:
-        pushes = {
-            name: pool.submit(
-                push_buckets,
-                _bucket_maker(named, bucket_mb, name),
-                [plan.endpoint(r.receiver).url for r in routes],
-                version,
-                name,
-                sender_host,
-                pipelined,
-            )
-            for name, routes in by_transport.items()
-        }
-        results: dict[str, PushResult] = {name: push.result() for name, push in pushes.items()}
-    buckets = max((result.tally.num_buckets for result in results.values()), default=0)
-    metrics = {
-        "transfer/bytes": 0.0,
-        "transfer/buckets": float(buckets),
-        "transfer/retries": 0.0,
-        "transfer/failed_receivers": 0.0,
-    }
-    for name, result in results.items():
-        moved = result.tally.num_bytes * len(by_transport[name])
-        metrics[f"transfer/bytes/{name}"] = float(moved)
-        metrics["transfer/bytes"] += moved
-        metrics["transfer/retries"] += result.retried
-        metrics["transfer/failed_receivers"] += len(result.failed)
-    seconds = tally.metrics()["transfer/seconds"]
-    metrics["transfer/seconds"] = seconds
-    metrics["transfer/gbps"] = metrics["transfer/bytes"] / seconds / 1e9 if seconds > 0 else 0.0
-    failed = _failed_engines(
-        plan, {url: why(error) for result in results.values() for url, error in result.failed.items()}, version
-    )
+    groups = _route_groups(plan, source, engine_urls)
+    # One bucketing for the whole push: a share is a set of bucket indices, the same on every route.
+    bucket_bytes = (bucket_mb or min((get_transport(t).bucket_mb for t, _, _ in groups), default=64)) * 1024 * 1024
+    started = time.perf_counter()
+    update = UpdateRound(engine_urls, [e.url for e in _relays_upstream_first(plan)])
+    try:
+        update.open()
+        with ThreadPoolExecutor(max_workers=max(len(groups), 1), thread_name_prefix="mesh-route") as pool:
+            pushes = {
+                key: pool.submit(
+                    push_with_retry,
+                    _share_maker(named, bucket_bytes, key[1], key[2]),
+                    [url for url in urls if url not in update.failed],
+                    key[0],
+                    sender_host,
+                    pipelined,
+                )
+                for key, urls in groups.items()
+            }
+            results = {key: push.result() for key, push in pushes.items()}
+        unreached = update.close_relays()
+        failed = _failed_engines(plan, engine_urls, {**update.failed, **_route_failures(results)}, unreached)
+        update.commit(version, [url for url in engine_urls if url not in failed])
+    finally:
+        update.close()
+    failed.update({url: reason for url, reason in update.failed.items() if url in engine_urls and url not in failed})
+    seconds = time.perf_counter() - started
     updated = [url for url in engine_urls if url not in failed]
-    return {"metrics": metrics, "updated": updated, "failed": failed}
+    return {
+        "metrics": _metrics(groups, results, len(list(iter_buckets(named, bucket_bytes))), seconds, failed),
+        "updated": updated,
+        "failed": failed,
+    }
 
 
-def _failed_engines(plan: Plan, failed_receivers: dict[str, str], version: int) -> dict[str, str]:
-    """A relay that failed names the engines behind it that did not commit; which did is asked of
-    each of them (the version it serves), so no engine is claimed to hold what it does not."""
-    from loongsage.inference.client import EngineClient, EngineError
-
-    failed = {}
-    for endpoint in plan.endpoints.values():
-        if endpoint.url not in failed_receivers:
-            continue
-        if endpoint.role != "relay":
-            failed[endpoint.url] = failed_receivers[endpoint.url]
-            continue
-        for url in engines_behind(plan, endpoint.name):
-            try:
-                served = EngineClient(url, timeout=30).get_weight_version()
-            except EngineError as exc:
-                served = f"unknown ({exc})"
-            if served != str(version):
-                failed[url] = f"through relay {endpoint.name} (serves version {served}): {failed_receivers[endpoint.url]}"
-    return failed
-
-
-def _routes_by_transport(plan: Plan, source: str, engine_urls: list[str]) -> dict[str, list[Route]]:
+def _route_groups(plan: Plan, source: str, engine_urls: list[str]) -> dict[tuple[str, int, int], list[str]]:
+    """(transport, share, shares) -> the receivers' URLs, for the routes out of `source` that lead
+    to a wanted engine (relays always: they forward to engines that are all wanted)."""
     wanted = set(engine_urls)
     known = {e.url for e in plan.by_role("engine")}
     unknown = sorted(wanted - known)
     if unknown:
         raise ValueError(f"the route plan has no route to {', '.join(unknown)}; it covers {', '.join(sorted(known))}")
-    grouped: dict[str, list[Route]] = defaultdict(list)
+    groups: dict[tuple[str, int, int], list[str]] = defaultdict(list)
     for route in plan.routes_from(source):
         receiver = plan.endpoint(route.receiver)
         if receiver.role == "engine" and receiver.url not in wanted:
             continue
-        if route.shards != 1:
-            raise NotImplementedError(
-                f"route {route.sender} -> {route.receiver} carries share {route.shard}/{route.shards}: "
-                "several sources are planned but only one sends yet"
-            )
         if receiver.url is None:
             raise ValueError(f"{receiver.role} {receiver.name} has no URL: relays must be started before a push")
-        grouped[route.transport].append(route)
-    return dict(grouped)
+        groups[(route.transport, route.shard, route.shards)].append(receiver.url)
+    return dict(groups)
 
 
-def _bucket_maker(named: NamedTensors, bucket_mb: int | None, transport_name: str):
-    size = (bucket_mb or get_transport(transport_name).bucket_mb) * 1024 * 1024
-    return lambda: iter_buckets(named, size)
+def _share_maker(named: NamedTensors, bucket_bytes: int, shard: int, shards: int):
+    return lambda: (bucket for index, bucket in enumerate(iter_buckets(named, bucket_bytes)) if index % shards == shard)
+
+
+def _route_failures(results: dict[tuple[str, int, int], PushResult]) -> dict[str, str]:
+    return {url: why(error) for result in results.values() for url, error in result.failed.items()}
+
+
+def _failed_engines(
+    plan: Plan, engine_urls: list[str], failed_receivers: dict[str, str], unreached: dict[str, str]
+) -> dict[str, str]:
+    """Engines that did not get all of their routes: failed themselves, behind a relay that failed,
+    or not reached by a relay."""
+    failed = {url: why for url, why in failed_receivers.items() if url in engine_urls}
+    for relay in plan.by_role("relay"):
+        if relay.url in failed_receivers:
+            for url in engines_behind(plan, relay.name):
+                failed.setdefault(url, f"through relay {relay.name}: {failed_receivers[relay.url]}")
+    for url, reason in unreached.items():
+        if url in engine_urls:
+            failed.setdefault(url, reason)
+        else:  # a relay that a relay could not reach: everything behind it
+            for relay in plan.by_role("relay"):
+                if relay.url == url:
+                    for engine in engines_behind(plan, relay.name):
+                        failed.setdefault(engine, reason)
+    return failed
+
+
+def _relays_upstream_first(plan: Plan) -> list[Endpoint]:
+    """A relay comes after every relay that feeds it (Plan.check refuses cycles of a bucket; a
+    relay pair passing each other different shares closes upstream-first by name)."""
+    relays = {e.name: e for e in plan.by_role("relay")}
+    feeders = {name: {r.sender for r in plan.routes_into(name) if r.sender in relays and r.sender != name} for name in relays}
+    ordered: list[Endpoint] = []
+    while feeders:
+        ready = sorted(name for name, senders in feeders.items() if not senders - {e.name for e in ordered}) or [min(feeders)]
+        for name in ready:
+            ordered.append(relays[name])
+            del feeders[name]
+    return ordered
+
+
+def _metrics(groups, results, buckets: int, seconds: float, failed: dict[str, str]) -> dict[str, float]:
+    metrics = {
+        "transfer/bytes": 0.0,
+        "transfer/buckets": float(buckets),
+        "transfer/retries": float(sum(result.retried for result in results.values())),
+        "transfer/failed_receivers": float(len(failed)),
+        "transfer/seconds": seconds,
+    }
+    for group, result in results.items():
+        moved = float(result.tally.num_bytes * len(groups[group]))
+        key = f"transfer/bytes/{group[0]}"
+        metrics[key] = metrics.get(key, 0.0) + moved
+        metrics["transfer/bytes"] += moved
+    metrics["transfer/gbps"] = metrics["transfer/bytes"] / seconds / 1e9 if seconds > 0 else 0.0
+    return metrics
+
+
+def push_weights(
+    named_tensors: Iterable[tuple[str, torch.Tensor]],
+    engine_urls: list[str],
+    version: int,
+    bucket_bytes: int | None = None,
+    transport: str = "shm",
+    sender_host: str = "127.0.0.1",
+    pipelined: bool = True,
+) -> dict[str, float]:
+    """Every engine gets the whole model straight from this process over one transport, in one
+    update round; raises PushFailed naming each engine that did not get it (after its retry).
+    `bucket_bytes` None: the transport's default. `sender_host`: this machine's address as
+    engines on it are named (and, for gloo | nccl, reach it)."""
+    check_reach(transport, engine_urls, sender_host)
+    check_device(transport)
+    bucket_mb = None if bucket_bytes is None else bucket_bytes / (1024 * 1024)
+    report = execute_plan(
+        direct_plan(engine_urls, transport, sender_host),
+        SOURCE,
+        named_tensors,
+        engine_urls,
+        version,
+        sender_host,
+        bucket_mb,
+        pipelined,
+    )
+    if report["failed"]:
+        raise PushFailed(report["failed"])
+    return report["metrics"]
+
+
+def direct_plan(engine_urls: list[str], transport_name: str, source_host: str) -> Plan:
+    """Every engine straight from one source over `transport_name`."""
+    source = Endpoint(SOURCE, "source", source_host)
+    engines = [Endpoint(f"engine/{i}", "engine", urlparse(url).hostname or "", url=url) for i, url in enumerate(engine_urls)]
+    link = "host_shm" if get_transport(transport_name).same_host_only else "tcp"
+    routes = [Route(SOURCE, e.name, transport_name, link) for e in engines]
+    return Plan({e.name: e for e in [source, *engines]}, routes, [f"every engine over {transport_name}"])
 
 
 def local_plan(engine_urls: list[str], weight_sync: str, source_host: str) -> Plan:

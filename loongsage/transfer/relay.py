@@ -1,17 +1,18 @@
-"""A node relay: takes a push as an engine would, and forwards each bucket to the engines of its
-host as it arrives, so the weights cross to a node once and fan out there.
+"""A node relay: takes a push as an engine would, and forwards each bucket to the receivers it
+feeds (the engines of its host, relays on other hosts) as it arrives, so the weights cross to a
+node once and fan out there.
 
-It speaks the engine's side of the weight-update protocol (sessions, /update_weights_from_tensor,
-the weight-update group calls, /get_server_info with tp_size 1), so a sender pushes to a relay
-with the code it pushes to an engine with. Forwarding goes over the relay's own routes (from the
-plan: shm on a CPU host, cuda_ipc on a GPU host) through `push.push_stream`, one thread per
-transport, fed through a queue of two buckets: bucket k is forwarded while k+1 is received.
+It speaks the engine's side of the weight-update protocol (/update_weights_from_tensor, the
+weight-update group calls, /get_server_info with tp_size 1), so a sender pushes to a relay with
+the code it pushes to an engine with, and several senders may feed it at once (each bringing a
+share). Forwarding goes over the relay's own routes (from the plan: shm on a CPU host, cuda_ipc
+on a GPU host) through `push.push_stream`, one thread per transport, fed through a queue of two
+buckets: bucket k is forwarded while k+1 is received. A bucket is answered once it is queued.
 
-Versions: the relay answers a bucket as soon as it is queued, except the one that carries the
-weight version (the push's last): that answer waits until every engine behind the relay has
-committed, and is an error naming the engines that did not. A session that ends before that
-bucket (the sender failed) stops the forwarding; the engines then end their sessions without a
-commit and keep their old weights.
+Its session is the update round's (`update_round`): /begin_weight_update starts the forwarding,
+/end_weight_update waits until everything received has been forwarded and answers with the
+receivers that could not be reached (`failed`: URL -> why). The round opens and commits the
+engines' sessions itself, so a relay never switches a version.
 """
 
 from __future__ import annotations
@@ -42,10 +43,6 @@ class RelayRefused(ValueError):
     """The request is wrong (HTTP 400)."""
 
 
-class RelayFailed(RuntimeError):
-    """Engines behind the relay did not get the weights (HTTP 500)."""
-
-
 class Relay:
     """`forwards`: transport -> the URLs of the engines this relay feeds over it. `host`: this
     machine's address as those engines name it."""
@@ -64,19 +61,21 @@ class Relay:
                 raise RelayRefused("a weight-update session is already open; call end_weight_update() first")
             self._forwarding = _Forwarding(self.forwards, self.host, self.pipelined)
 
-    def end(self) -> None:
+    def end(self) -> dict[str, str]:
+        """Once everything received is forwarded: the receivers that were not reached, with why."""
         with self._lock:
             forwarding, self._forwarding = self._forwarding, None
         if forwarding is None:
             raise RelayRefused("no weight-update session is open; call begin_weight_update() first")
         forwarding.stop()
+        return {url: why(exc) for url, exc in forwarding.failed.items()}
 
-    def take(self, named: NamedTensors, weight_version: str | None) -> int:
-        """Queue a received bucket; with the version, wait until every engine has committed it."""
+    def take(self, named: NamedTensors) -> int:
+        """Queue a received bucket for every forwarding route."""
         forwarding = self._forwarding
         if forwarding is None:
             raise RelayRefused("update_weights must run between begin_weight_update() and end_weight_update()")
-        forwarding.put(named, weight_version)
+        forwarding.put(named)
         return len(named)
 
     def join_group(self, body: dict) -> None:
@@ -112,6 +111,7 @@ class _Forwarding:
 
     def __init__(self, forwards: Mapping[str, list[str]], host: str, pipelined: bool):
         self.stopped = False
+        self.lock = threading.Lock()
         self.queues = {transport: queue.Queue(maxsize=2) for transport in forwards}
         self.failed: dict[str, BaseException] = {}
         self.threads = [
@@ -129,17 +129,10 @@ class _Forwarding:
             for _ in items:  # drain, so a sender blocked on a full queue goes on
                 pass
 
-    def put(self, named: NamedTensors, weight_version: str | None) -> None:
-        for waiting in self.queues.values():
-            waiting.put((named, weight_version))
-        if weight_version is None:
-            return
-        self.stop()
-        if self.failed:
-            raise RelayFailed(
-                "engines behind this relay did not get the weights: "
-                + "; ".join(f"{url}: {why(exc)}" for url, exc in self.failed.items())
-            )
+    def put(self, named: NamedTensors) -> None:
+        with self.lock:  # several senders: each queue gets whole buckets, in one order
+            for waiting in self.queues.values():
+                waiting.put(named)
 
     def stop(self) -> None:
         if self.stopped:
@@ -176,7 +169,7 @@ def relay_app(relay: Relay) -> FastAPI:
 
     @app.post("/end_weight_update")
     async def end(request: Request):
-        return await call(lambda: relay.end() or ok("Success"))
+        return await call(lambda: {**ok("Success"), "failed": relay.end()})
 
     @app.post("/update_weights_from_tensor")
     async def from_tensor(request: Request):
@@ -185,7 +178,7 @@ def relay_app(relay: Relay) -> FastAPI:
         def take():
             (payload,) = body["serialized_named_tensors"]
             named = unpack_named_tensors(body.get("load_format"), payload)
-            return ok(f"forwarded {relay.take(named, body.get('weight_version'))} tensors")
+            return ok(f"forwarding {relay.take(named)} tensors")
 
         return await call(take)
 
@@ -197,7 +190,7 @@ def relay_app(relay: Relay) -> FastAPI:
     @app.post("/update_weights_from_distributed")
     async def from_distributed(request: Request):
         body = await request.json()
-        return await call(lambda: ok(f"forwarded {relay.take(relay.receive(body), body.get('weight_version'))} tensors"))
+        return await call(lambda: ok(f"forwarding {relay.take(relay.receive(body))} tensors"))
 
     @app.post("/destroy_weights_update_group")
     async def destroy_group(request: Request):

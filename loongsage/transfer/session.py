@@ -28,7 +28,7 @@ def update_sessions(clients: Sequence[EngineClient]) -> Iterator[None]:
     failed = True
     try:
         for client in clients:
-            if _begin(client):
+            if begin_session(client):
                 opened.append(client)
         yield
         failed = False
@@ -36,8 +36,8 @@ def update_sessions(clients: Sequence[EngineClient]) -> Iterator[None]:
         _end_all(opened, raise_errors=not failed)
 
 
-def _begin(client: EngineClient) -> bool:
-    """False when the server has no sessions."""
+def begin_session(client: EngineClient) -> bool:
+    """Open one; False when the server has no sessions (SGLang before 0.5.23)."""
     try:
         client.begin_weight_update()
         return True

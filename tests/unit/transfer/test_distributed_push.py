@@ -79,6 +79,16 @@ class StandIn:
             self.versions.append(body["weight_version"])
             return {"success": True, "message": "updated", "weight_version": body["weight_version"]}
 
+        @app.post("/update_weights_from_tensor")
+        def commit(body: dict):
+            # The update round's commit: no tensors (one empty entry per rank), the version.
+            self.events.append("commit")
+            if sessions and not self.session_open:
+                return JSONResponse({"success": False, "message": SESSIONLESS}, status_code=400)
+            assert len(body["serialized_named_tensors"]) == tp_size and body["load_format"] is None
+            self.versions.append(body["weight_version"])
+            return {"success": True, "message": "updated 0 tensors", "weight_version": body["weight_version"]}
+
         @app.post("/destroy_weights_update_group")
         def destroy(body: dict):
             self.events.append("destroy")
@@ -144,13 +154,13 @@ def test_ranks_follow_each_engines_tp_size_and_every_rank_receives_every_tensor(
         assert [name for name, _ in rank_received] == [name for name, _ in weights()]
         for (_, got), (_, sent) in zip(rank_received, weights()):
             assert got.dtype == sent.dtype and torch.equal(got, sent)
-    # Buckets of 64 bytes: (a 48 + b 14), (c 24); the version rides with the last.
-    assert wide.versions == narrow.versions == [None, "5"]
+    # Buckets of 64 bytes: (a 48 + b 14), (c 24), then the round's commit with the version.
+    assert wide.versions == narrow.versions == [None, None, "5"]
     assert metrics["transfer/buckets"] == 2
-    assert metrics["transfer/bytes"] == 48 + 14 + 24
+    assert metrics["transfer/bytes"] == 2 * (48 + 14 + 24)  # to each of the two engines
     assert wide.groups == narrow.groups == {}  # destroyed on every engine
     # One session per engine around it all, closed once the group is gone.
-    assert wide.events == narrow.events == ["begin", "init", "update", "update", "destroy", "end"]
+    assert wide.events == narrow.events == ["begin", "init", "update", "update", "destroy", "commit", "end"]
     assert not wide.session_open and not narrow.session_open
 
 
@@ -160,7 +170,7 @@ def test_every_push_uses_a_fresh_group(stand_ins):
     push_weights(weights(), [engine.url], 2, 2**20, "gloo")
     names = [init["group_name"] for init in engine.inits]
     assert len(names) == 2 and names[0] != names[1]
-    assert engine.versions == ["1", "2"]
+    assert engine.versions == [None, "1", None, "2"]  # one bucket, then the commit, per push
 
 
 def test_an_engine_without_tp_size_counts_as_one_rank(stand_ins):
@@ -183,7 +193,7 @@ def test_an_engine_refusing_to_join_fails_the_push_at_once(stand_ins):
     start = time.monotonic()
     with pytest.raises(PushFailed, match="no such backend here") as caught:
         push_weights(weights(), [engine.url], 1, 2**20, "gloo")
-    assert caught.value.errors[engine.url].url == f"{engine.url}/init_weights_update_group"
+    assert f"{engine.url}/init_weights_update_group -> HTTP 400" in caught.value.errors[engine.url]
     assert time.monotonic() - start < 10
 
 
@@ -192,15 +202,17 @@ def test_a_refused_bucket_fails_the_push_at_once_and_still_closes_the_session(st
     start = time.monotonic()
     with pytest.raises(PushFailed, match="no such parameter here") as caught:
         push_weights(weights(), [engine.url], 1, 2**20, "gloo")
-    assert caught.value.errors[engine.url].url == f"{engine.url}/update_weights_from_distributed"
+    assert f"{engine.url}/update_weights_from_distributed -> HTTP 400" in caught.value.errors[engine.url]
     assert time.monotonic() - start < 10, "the sender waited on the group instead of the answer"
-    assert engine.events == ["begin", "init", "update", "destroy", "end"] * 2 and not engine.session_open  # with its retry
+    # Tried, then retried alone in the same session; never committed.
+    assert engine.events == ["begin", "init", "update", "destroy", "init", "update", "destroy", "end"]
+    assert not engine.session_open
 
 
 def test_an_engine_without_sessions_is_pushed_to_without_one(stand_ins):
     older = stand_ins(sessions=False)
     push_weights(weights(), [older.url], 2, 2**20, "gloo")
-    assert older.events == ["init", "update", "destroy"]
+    assert older.events == ["init", "update", "destroy", "commit"]
     assert [name for name, _ in older.received[0]] == [name for name, _ in weights()]
 
 

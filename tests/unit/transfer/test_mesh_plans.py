@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from loongsage.transfer.channel import TRANSPORTS, Transport, get_transport, register_transport
-from loongsage.transfer.mesh import SOURCE, engines_behind, execute_plan, without_relays
+from loongsage.transfer.mesh import SOURCE, _route_groups, _share_maker, engines_behind, execute_plan, without_relays
 from loongsage.transfer.routes import Endpoint, Plan, Route
 
 
@@ -56,17 +57,22 @@ def test_a_push_to_an_engine_the_plan_does_not_cover_names_it():
         execute_plan(without_relays(relayed_plan()), SOURCE, [], ["http://elsewhere:1"], 1, "node1")
 
 
-def test_shares_from_several_sources_are_refused_until_they_are_sent():
+def test_routes_out_of_a_source_group_by_transport_and_share_and_a_share_is_every_sth_bucket():
     endpoints = [
         Endpoint(SOURCE, "source", "a"),
-        Endpoint("trainer/1", "source", "a"),
-        Endpoint("engine/0", "engine", "b", url="http://b:1"),
+        *[Endpoint(f"engine/{i}", "engine", "b", url=f"http://b:{i}") for i in range(2)],
     ]
-    routes = [Route(SOURCE, "engine/0", "gloo", "tcp", 0, 2), Route("trainer/1", "engine/0", "gloo", "tcp", 1, 2)]
+    routes = [Route(SOURCE, f"engine/{i}", "gloo", "tcp", share, 2) for i in range(2) for share in range(2)]
     plan = Plan({e.name: e for e in endpoints}, routes)
     plan.check()
-    with pytest.raises(NotImplementedError, match="share 0/2: several sources are planned but only one sends yet"):
-        execute_plan(plan, SOURCE, [], ["http://b:1"], 1, "a")
+    assert _route_groups(plan, SOURCE, ["http://b:0", "http://b:1"]) == {
+        ("gloo", 0, 2): ["http://b:0", "http://b:1"],
+        ("gloo", 1, 2): ["http://b:0", "http://b:1"],
+    }
+    assert _route_groups(plan, SOURCE, ["http://b:1"]) == {("gloo", 0, 2): ["http://b:1"], ("gloo", 1, 2): ["http://b:1"]}
+    named = [(f"t{i}", torch.zeros(4)) for i in range(5)]  # 16 bytes each, one a bucket
+    shares = [[n for bucket in _share_maker(named, 16, share, 2)() for n, _ in bucket] for share in range(2)]
+    assert shares == [["t0", "t2", "t4"], ["t1", "t3"]]
 
 
 def test_a_chain_of_relays_flattens_to_the_sources_route_and_a_relay_answers_for_everything_downstream():

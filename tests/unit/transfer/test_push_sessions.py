@@ -90,8 +90,9 @@ def test_every_engine_gets_one_session_around_all_its_buckets(stand_ins):
     engines = [stand_ins(), stand_ins()]
     assert push([e.url for e in engines])["transfer/buckets"] == 3
     for engine in engines:
-        assert engine.events == ["begin", "update", "update", "update", "end"]
-        assert engine.versions == [None, None, "3"] and not engine.session_open  # the version with the last bucket
+        # Three buckets, then the round's commit: no tensors, the version.
+        assert engine.events == ["begin", "update", "update", "update", "update", "end"]
+        assert engine.versions == [None, None, None, "3"] and not engine.session_open
 
 
 def test_a_refused_bucket_still_closes_every_session(stand_ins):
@@ -99,32 +100,34 @@ def test_a_refused_bucket_still_closes_every_session(stand_ins):
     with pytest.raises(PushFailed, match="bucket 1 refused") as caught:
         push([good.url, refusing.url])
     assert list(caught.value.errors) == [refusing.url]
-    assert caught.value.errors[refusing.url].url == f"{refusing.url}/update_weights_from_tensor"
-    assert good.events == ["begin", "update", "update", "update", "end"]  # the others go on receiving
-    assert good.versions == [None, None, "3"]
-    # Then its retry alone, refused at once (this stand-in refuses its second update ever).
-    assert refusing.events == ["begin", "update", "update refused", "end", "begin", "update refused", "end"]
+    assert f"{refusing.url}/update_weights_from_tensor -> HTTP 400" in caught.value.errors[refusing.url]
+    assert good.events == ["begin", "update", "update", "update", "update", "end"]  # the others go on, and commit
+    assert good.versions == [None, None, None, "3"]
+    # Then its retry alone in the same session, refused at once (this stand-in refuses its second
+    # update ever); never committed, its session closes and it keeps its old weights.
+    assert refusing.events == ["begin", "update", "update refused", "update refused", "end"]
+    assert refusing.versions == [None]
 
 
 def test_a_session_left_open_is_closed_and_opened_again(stand_ins):
     stale = stand_ins(open_session=True)
     push([stale.url])
-    assert stale.events == ["begin refused", "end", "begin", "update", "update", "update", "end"]
+    assert stale.events == ["begin refused", "end", "begin", "update", "update", "update", "update", "end"]
 
 
 def test_an_engine_without_sessions_is_pushed_to_without_one(stand_ins):
     older = stand_ins(sessions=False)
     push([older.url])
-    assert older.events == ["update"] * 3
+    assert older.events == ["update"] * 4  # three buckets and the commit
 
 
-def test_an_engine_that_cannot_open_one_closes_the_sessions_already_open(stand_ins):
+def test_an_engine_that_cannot_open_one_is_left_out_and_the_others_get_the_weights(stand_ins):
     first, broken = stand_ins(), stand_ins(refuse_begin=True)
     with pytest.raises(PushFailed, match="begin broke") as caught:
         push([first.url, broken.url])
     assert list(caught.value.errors) == [broken.url]
-    # The attempt fails for both; each is retried alone, and the healthy one gets the weights.
-    assert first.events == ["begin", "end", "begin", "update", "update", "update", "end"] and broken.events == []
+    # Nothing is sent to the broken one; the healthy one gets the weights.
+    assert first.events == ["begin", "update", "update", "update", "update", "end"] and broken.events == []
 
 
 def test_a_session_that_does_not_close_fails_a_push_that_went_through(stand_ins):
@@ -132,6 +135,5 @@ def test_a_session_that_does_not_close_fails_a_push_that_went_through(stand_ins)
     engine = stand_ins(refuse_end=True)
     with pytest.raises(PushFailed, match="end broke") as caught:
         push([engine.url])
-    assert caught.value.errors[engine.url].url == f"{engine.url}/end_weight_update"
-    # Its retry finds the session still open, and closing it fails again.
-    assert engine.events == ["begin", "update", "update", "update", "begin refused"]
+    assert f"{engine.url}/end_weight_update -> HTTP 500" in caught.value.errors[engine.url]
+    assert engine.events == ["begin", "update", "update", "update", "update"]
