@@ -201,3 +201,35 @@ def test_an_engine_failing_behind_a_relay_is_reported_and_keeps_its_weights_the_
         assert EngineClient(healthy.base_url).get_weight_version() == "4"
         after = parameters(broken)
         assert all(torch.equal(before[name], after[name]) for name in before)
+
+
+def test_two_relays_each_bring_one_share_and_every_engine_takes_both_then_commits_once(tiny_model_path):
+    """A GPU host's layout on CPU: a relay per NIC, each taking every other bucket, both feeding
+    every engine of the host at once; the round commits each engine once both are done."""
+    named = trained_weights(tiny_model_path)
+    with running_engine(tiny_model_path) as first, running_engine(tiny_model_path) as second:
+        urls = [first.base_url, second.base_url]
+        with running_relay(urls) as relay0, running_relay(urls) as relay1:
+            relays = [relay0.base_url, relay1.base_url]
+            endpoints = [
+                Endpoint(SOURCE, "source", "trainer-host"),
+                *[Endpoint(f"relay/engine-host/{s}", "relay", "engine-host", url=relays[s]) for s in range(2)],
+                *[Endpoint(f"engine/{i}", "engine", "engine-host", url=url) for i, url in enumerate(urls)],
+            ]
+            routes = [Route(SOURCE, f"relay/engine-host/{s}", "gloo", "tcp", s, 2) for s in range(2)] + [
+                Route(f"relay/engine-host/{s}", f"engine/{i}", "shm", "host_shm", s, 2) for s in range(2) for i in range(2)
+            ]
+            plan = Plan({e.name: e for e in endpoints}, routes)
+            plan.check()
+            report = execute_plan(plan, SOURCE, named, urls, 6, "127.0.0.1", bucket_mb=SMALL_BUCKETS / 2**20)
+        assert report["failed"] == {} and report["updated"] == urls
+        model_bytes = sum(t.numel() * t.element_size() for _, t in named)
+        assert report["metrics"]["transfer/bytes/gloo"] == model_bytes  # the two shares make one copy
+        assert report["metrics"]["transfer/buckets"] > 2
+        assert [EngineClient(url).get_weight_version() for url in urls] == ["6", "6"]
+        with running_engine(tiny_model_path) as direct:
+            push_weights(named, [direct.base_url], 6, SMALL_BUCKETS, "shm")
+            expected = parameters(direct)
+        for server in (first, second):
+            got = parameters(server)
+            assert all(torch.equal(got[name], expected[name]) for name in expected)
