@@ -17,9 +17,9 @@ from tests.integration.test_launch import scalars
 from tests.slurm.test_launch import _assert_trained, _launch_on_slurm
 from tests.slurm.test_requeue import _assert_resumed_once, requeue_under_submitit
 
-# How the weights cross nodes: the one override to change when trainer.weight_sync=mesh carries
-# them (today gloo, the cross-node transport of the CPU path).
-WEIGHT_SYNC = "trainer.weight_sync=gloo"
+# How the weights cross nodes: TransferMesh's plan (a relay on node2 takes them over gloo once and
+# hands them to node2's engines over shared memory).
+WEIGHT_SYNC = "trainer.weight_sync=mesh"
 NODES = {"node1": "127.0.0.2", "node2": "127.0.0.3"}  # as .ci/slurm_up.sh configures them
 TRAINER_NODE, ENGINE_NODE = "node1", "node2"
 TWO_NODES = ["cluster.nodes=2", "run.placement=disaggregated", WEIGHT_SYNC]
@@ -63,6 +63,20 @@ def test_trainer_on_node1_engines_on_node2_weights_cross_nodes(two_nodes, tmp_pa
     assert len(re.findall(r"\[loongsage\] ray up on 2 node\(s\) of job \d+", logs)) == 1, logs[-3000:]
     _assert_on_their_nodes(logs, run_dir, trainer_ranks=2, engines=2, attempts=1)
     _assert_weights_crossed(run_dir, steps=2)
+    _assert_relayed_on_node2(run_dir, engines=2)
+
+
+def _assert_relayed_on_node2(run_dir, engines: int) -> None:
+    """The mesh's cross-node route: one copy over gloo into a relay on node2, which hands it to
+    every engine there over shared memory."""
+    plan = json.loads((run_dir / "transfer_plan.json").read_text())
+    relays = [e for e in plan["endpoints"] if e["role"] == "relay"]
+    assert len(relays) == 1 and relays[0]["url"].startswith(f"http://{NODES[ENGINE_NODE]}:"), plan
+    name = relays[0]["name"]
+    routes = sorted((r["sender"], r["receiver"], r["transport"]) for r in plan["routes"])
+    assert routes == sorted([("trainer/0", name, "gloo"), *[(name, f"engine/{i}", "shm") for i in range(engines)]]), routes
+    logged = scalars(run_dir)
+    assert set(logged["transfer/bytes/gloo"].values()) == set(logged["transfer/bytes"].values())  # only gloo left node1
 
 
 def test_two_node_job_is_requeued_and_resumes_on_both_nodes(two_nodes, tmp_path):
