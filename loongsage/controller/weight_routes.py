@@ -65,9 +65,13 @@ def _start_relays(plan: Plan, topology: TopologyModel) -> tuple[Plan, list]:
         forwards: dict[str, list[str]] = {}
         for route in plan.routes_from(relay.name):
             forwards.setdefault(route.transport, []).append(plan.endpoint(route.receiver).url)
-        handle = actor.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False)).remote(
-            forwards, node["NodeManagerAddress"]
-        )
+        handle = actor.options(
+            num_cpus=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+            # A GPU relay uses a device some engine holds (the one nearest its NIC): it asks Ray for
+            # none, and sees them all by physical index.
+            runtime_env={"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}} if relay.gpus else None,
+        ).remote(forwards, node["NodeManagerAddress"], relay.gpus[0] if relay.gpus else None)
         relays.append(handle)
         endpoints[relay.name] = replace(relay, url=ray.get(handle.start.remote(), timeout=RELAY_START_TIMEOUT_S))
     return Plan(endpoints, plan.routes, plan.notes), relays

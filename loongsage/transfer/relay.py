@@ -44,12 +44,16 @@ class RelayRefused(ValueError):
 
 
 class Relay:
-    """`forwards`: transport -> the URLs of the engines this relay feeds over it. `host`: this
-    machine's address as those engines name it."""
+    """`forwards`: transport -> the URLs of the receivers this relay feeds over it. `host`: this
+    machine's address as those engines name it. `device`: where received buckets are held, "cpu"
+    (a CPU host: gloo in, shm out) or "cuda:<i>" (the GPU nearest the relay's NIC: nccl in,
+    cuda_ipc out, the engines reading the bucket from this GPU over NVLink)."""
 
-    def __init__(self, forwards: Mapping[str, list[str]], host: str, pipelined: bool = True):
+    def __init__(self, forwards: Mapping[str, list[str]], host: str, pipelined: bool = True, device: str = "cpu"):
         self.forwards = {transport: list(urls) for transport, urls in forwards.items()}
         self.host = host
+        self.device = torch.device(device)
+        self.backend = "nccl" if self.device.type == "cuda" else "gloo"
         self.pipelined = pipelined
         self._forwarding: _Forwarding | None = None
         self._groups: dict[str, WeightUpdateGroup] = {}
@@ -80,10 +84,17 @@ class Relay:
 
     def join_group(self, body: dict) -> None:
         name = body["group_name"]
-        if body.get("backend") != "gloo":
-            raise RelayRefused(f"backend {body.get('backend')!r}: a relay on CPU joins gloo groups only")
+        if body.get("backend") != self.backend:
+            raise RelayRefused(
+                f"backend {body.get('backend')!r}: this relay holds buckets on {self.device}, joins {self.backend}"
+            )
         group = WeightUpdateGroup(
-            "gloo", body["master_address"], int(body["master_port"]), int(body["rank_offset"]), int(body["world_size"]), name
+            self.backend,
+            body["master_address"],
+            int(body["master_port"]),
+            int(body["rank_offset"]),
+            int(body["world_size"]),
+            name,
         )
         with self._lock:
             self._groups[name] = group
@@ -94,7 +105,7 @@ class Relay:
             raise RelayRefused(f"no weight-update group named {body.get('group_name')!r}")
         received = []
         for name, dtype, shape in zip(body["names"], body["dtypes"], body["shapes"]):
-            tensor = torch.empty(shape, dtype=DTYPES[dtype])
+            tensor = torch.empty(shape, dtype=DTYPES[dtype], device=self.device)
             group.broadcast(tensor, src=0)
             received.append((name, tensor))
         return received
@@ -208,10 +219,15 @@ class RelayServer(AppServer):
 
 class RelayActor:
     """A relay as a Ray actor on its node: `forwards` as for Relay, `host` the node's address
-    (the relay serves there, for senders on other nodes)."""
+    (the relay serves there, for senders on other nodes), `gpu` the physical index of the GPU it
+    holds buckets on (None on a CPU host); the actor is started seeing all of the node's GPUs."""
 
-    def __init__(self, forwards: Mapping[str, list[str]], host: str):
-        self.server = RelayServer(Relay(forwards, host), host=host)
+    def __init__(self, forwards: Mapping[str, list[str]], host: str, gpu: int | None = None):
+        device = "cpu"
+        if gpu is not None:
+            torch.cuda.set_device(gpu)
+            device = f"cuda:{gpu}"
+        self.server = RelayServer(Relay(forwards, host, device=device), host=host)
 
     def start(self) -> str:
         return self.server.start()
