@@ -192,13 +192,18 @@ def _hops(routes: list[Route]) -> str:
     )
 
 
-def _check_covered(receiver: str, routes: list[Route]) -> None:
+def _one_split(receiver: str, routes: list[Route]) -> int:
+    """The number of shares the routes into `receiver` split the weights into (one for all)."""
     if not routes:
         raise ValueError(f"{receiver} receives nothing: no route reaches it")
     shards = {r.shards for r in routes}
     if len(shards) != 1:
         raise ValueError(f"{receiver} is reached by routes split {sorted(shards)} ways; one split per receiver")
-    (count,) = shards
+    return shards.pop()
+
+
+def _check_covered(receiver: str, routes: list[Route]) -> None:
+    count = _one_split(receiver, routes)
     seen = Counter(r.shard for r in routes)
     missing = [s for s in range(count) if s not in seen]
     twice = [s for s, n in seen.items() if n > 1]
@@ -209,12 +214,7 @@ def _check_covered(receiver: str, routes: list[Route]) -> None:
 def _check_relay(relay: str, into: list[Route], out: list[Route]) -> None:
     """A relay holding shares H of an S-way split can send share s of an S'-way split when S
     divides S' and s % S is in H: exactly the buckets it holds (bucket b is in share b % S)."""
-    if not into:
-        raise ValueError(f"{relay} receives nothing: no route reaches it")
-    shards = {r.shards for r in into}
-    if len(shards) != 1:
-        raise ValueError(f"{relay} is reached by routes split {sorted(shards)} ways; one split per receiver")
-    (count,) = shards
+    count = _one_split(relay, into)
     seen = Counter(r.shard for r in into)
     twice = sorted(s for s, n in seen.items() if n > 1)
     if twice:

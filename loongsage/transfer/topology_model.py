@@ -299,19 +299,12 @@ class TopologyModel:
         return cls(gather([node for m in models for node in m.cluster.nodes]), dict(models[0].links), aliases)
 
     @classmethod
-    def synthetic(
-        cls,
-        nodes: int,
-        gpus_per_node: int = 8,
-        interconnect: str = "nvswitch",
-        nics_per_node: int = 8,
-        nic: str = "ib_ndr",
-        host_prefix: str = "node",
-    ) -> TopologyModel:
-        """A cluster we cannot probe (see `synthetic_topology.synthetic_cluster`)."""
+    def synthetic(cls, nodes: int, **shape) -> TopologyModel:
+        """A cluster we cannot probe: `shape` as `synthetic_topology.synthetic_cluster` takes it
+        (gpus_per_node, interconnect, nics_per_node, nic, host_prefix)."""
         from loongsage.transfer.synthetic_topology import synthetic_cluster
 
-        return cls(synthetic_cluster(nodes, gpus_per_node, interconnect, nics_per_node, nic, host_prefix))
+        return cls(synthetic_cluster(nodes, **shape))
 
 
 def _nvswitch(node: NodeTopology) -> bool:
