@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
-from loongsage.inference.embedded.memory import MemoryOccupation
+from loongsage.inference.embedded.memory import MemoryOccupation, trim_heap
 from loongsage.inference.embedded.protocol import Limits, build_response, parse_generate
 from loongsage.inference.embedded.request import Sequence
 from loongsage.inference.embedded.scheduler import Scheduler
@@ -32,6 +32,9 @@ class EngineConfig:
     prompt_cache_size: int = 16  # prefilled prompts kept for reuse (GRPO repeats each prompt)
     seed: int = 0  # for requests without their own sampling_seed
     weight_version: str = "default"  # the version the starting weights carry (SGLang's --weight-version)
+    # Keep the storages a weight update replaces for the next one to write into (staging.py: no
+    # allocation per push, but a second copy of the weights resident between pushes).
+    weight_spares: bool = True
 
     @classmethod
     def from_dict(cls, cfg: dict | None) -> EngineConfig:
@@ -78,7 +81,7 @@ class Engine:
         )
         self.memory = MemoryOccupation(self.model, self.scheduler)
         # A weight-update session's buckets until they commit.
-        self.staged = StagedWeights(self.model, not_loaded=self.memory.not_loaded)
+        self.staged = StagedWeights(self.model, not_loaded=self.memory.not_loaded, keep_spares=self.cfg.weight_spares)
         self.scheduler.start()
 
     def stop(self) -> None:
@@ -172,8 +175,10 @@ class Engine:
 
         def release():
             self.memory.release(tags)
-            if "weights" in tags:  # staged tensors would hold on to the memory given back
+            if "weights" in tags:  # staged tensors and spares would hold on to the memory given back
                 self.discard_staged("release_memory_occupation")
+                if self.staged.drop_spares():
+                    trim_heap()
 
         self.scheduler.call(release)
 
@@ -200,6 +205,8 @@ class Engine:
             "running": len(scheduler.running),
             "prompt_cache_entries": len(scheduler.prompts),
             "staged_weight_tensors": self.staged.count,
+            "weight_spare_bytes": self.staged.spare_bytes,
+            "weight_staging_allocations": self.staged.allocations,
             "kv_cache_capacity": scheduler.cache.capacity,
             **self.memory.info(),
             "stats": dataclasses.asdict(scheduler.stats),

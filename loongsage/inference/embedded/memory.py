@@ -58,7 +58,7 @@ class MemoryOccupation:
             self.scheduler.cache.release()
             self.scheduler.prompts.clear()
         self.released |= set(tags)
-        _malloc_trim()
+        trim_heap()
 
     def resume(self, tags: tuple[str, ...]) -> None:
         """Weights come back with undefined contents (as with SGLang's memory saver): generation
@@ -152,7 +152,7 @@ def _discard_pages(address: int, nbytes: int) -> None:
         log.warning("madvise(MADV_DONTNEED) failed: errno %d; the memory returns when the allocator frees it", ctypes.get_errno())
 
 
-def _malloc_trim() -> None:
+def trim_heap() -> None:
     """Freed blocks below glibc's mmap threshold stay in the heap, counted as resident, until
     trimmed. Other C libraries (musl, macOS) have no malloc_trim: memory returns when they decide."""
     trim = getattr(_LIBC, "malloc_trim", None)

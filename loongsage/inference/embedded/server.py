@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -19,7 +21,7 @@ from loongsage.inference.embedded.update_session import SessionRefused, UpdateSe
 from loongsage.inference.embedded.weight_group import GroupFailed, WeightGroups
 from loongsage.inference.embedded.weights import WeightError
 from loongsage.json_input import JsonInputError, parse_json, read_json
-from loongsage.transfer import unpack_named_tensors
+from loongsage.transfer.transports import ATTACHED, open_named_tensors
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,10 @@ def build_app(engine: Engine) -> FastAPI:
     app = FastAPI(title="LoongSage embedded engine")
     groups = WeightGroups(engine)
     session = UpdateSession()
+    # Tensor updates are copied into the staged weights on this one thread: the buckets of a push
+    # come one at a time, and one thread keeps one OpenMP team (see engine._load_off_thread).
+    receiver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-weights")
+    app.router.on_shutdown.append(lambda: receiver.shutdown(wait=False))
 
     @app.exception_handler(BadRequest)
     async def bad_request(_: Request, exc: BadRequest):
@@ -132,13 +138,23 @@ def build_app(engine: Engine) -> FastAPI:
         load_format = _field(body, "load_format", str, None)
         _field(body, "flush_cache", bool, True)  # the prompt cache is always dropped on an update
         version = _version(body)
-        try:
-            named = unpack_named_tensors(load_format, payloads[0])
-        except (ValueError, KeyError, TypeError, FileNotFoundError) as exc:
-            raise BadRequest(f"cannot unpack with load_format={load_format!r}: {exc}", "serialized_named_tensors") from None
-        # Staged until the push's bucket that carries weight_version commits them (engine.receive_weights).
-        staged, committed = await _apply(engine.receive_weights, named, version, True)
-        message = received_message(len(named), staged, committed)
+
+        def receive() -> tuple[int, int, int]:
+            with ExitStack() as stack:
+                try:
+                    # shm: views into the sender's segment, copied into the staged weights before answering.
+                    named, owned = stack.enter_context(open_named_tensors(load_format, payloads[0]))
+                except (ValueError, KeyError, TypeError, FileNotFoundError) as exc:
+                    message = f"cannot unpack with load_format={load_format!r}: {exc}"
+                    raise BadRequest(message, "serialized_named_tensors") from None
+                # Staged until the push's bucket that carries weight_version commits them.
+                try:
+                    return len(named), *engine.receive_weights(named, version, owned)
+                except WeightError as exc:
+                    raise BadRequest(str(exc), exc.name) from None
+
+        received, staged, committed = await asyncio.get_running_loop().run_in_executor(receiver, receive)
+        message = received_message(received, staged, committed)
         return {"success": True, "message": message, "weight_version": engine.weight_version}
 
     @app.post("/update_weights_from_disk")
@@ -159,6 +175,8 @@ def build_app(engine: Engine) -> FastAPI:
     async def release_memory_occupation(request: Request):
         tags = parse_tags(_field(await _json_body(request, allow_empty=True), "tags", list, None))
         await run_in_threadpool(engine.release_memory, tags)
+        if "weights" in tags:
+            ATTACHED.clear()  # our mappings of the senders' segments count as ours too
         return {"success": True, "message": f"released {list(tags)}", "memory_released": sorted(engine.memory.released)}
 
     @app.post("/resume_memory_occupation")
@@ -193,6 +211,7 @@ def build_app(engine: Engine) -> FastAPI:
         answer = session.end(await _json_body(request, allow_empty=True))
         # A push whose versioned bucket never came (the sender failed or gave up): the old weights stay.
         await run_in_threadpool(engine.discard_staged, "end_weight_update")  # waits for a bucket being staged
+        await run_in_threadpool(ATTACHED.prune)  # segments the sender has unlinked since
         return answer
 
     return app

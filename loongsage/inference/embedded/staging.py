@@ -17,6 +17,16 @@ buffer, shared memory the sender will free) is copied. q/k/v are views into one 
 per layer (llama.fuse_linears): they are staged straight into a fresh fused tensor, and any of
 the three a push leaves out is copied from the live one at commit.
 
+Spares (ping-pong): the storages a commit swaps out are not freed but kept, one per parameter
+(and per fused q/k/v tensor), and the next push stages into them. A push then costs one copy
+into memory already touched: no fresh allocation per push (a page fault with zeroing per 4 KiB
+page, ~540 MB for SmolLM2-135M in fp32) and no freeing of the old weights at the commit. The
+price: from the first commit on, the engine holds a second copy of its weights (which a push
+needs at its peak anyway, staging beside the live model). `keep_spares=False` frees them at
+every commit instead; `drop_spares` frees them now (a release of the weights for a colocated
+trainer does). A tensor a request hands over as `owned` may be kept as its parameter's storage,
+and later become a spare that a push writes into.
+
 A parameter not loaded since a resume_memory_occupation (memory.py) holds nothing worth keeping
 and no request runs until every parameter is loaded again, so it is written in place at once, not
 beside: a colocated engine that resumed then needs no second copy of its weights. It still counts
@@ -36,6 +46,7 @@ from torch import nn
 
 from loongsage.inference.embedded.llama import LlamaModel
 from loongsage.inference.embedded.weights import check_shapes
+from loongsage.transfer.layout import copy_bytes
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj")
 
@@ -51,9 +62,16 @@ class _FusedStage:
 
 
 class StagedWeights:
-    def __init__(self, model: LlamaModel, not_loaded: Callable[[nn.Parameter], bool] | None = None):
-        """`not_loaded(param)`: whether `param` may be written in place (see above)."""
+    def __init__(
+        self,
+        model: LlamaModel,
+        not_loaded: Callable[[nn.Parameter], bool] | None = None,
+        keep_spares: bool = True,
+    ):
+        """`not_loaded(param)`: whether `param` may be written in place; `keep_spares`: keep the
+        storages a commit replaces for the next push to stage into (see above)."""
         self.model = model
+        self.keep_spares = keep_spares
         self._not_loaded = not_loaded or (lambda param: False)
         self._params = dict(model.named_parameters(remove_duplicate=False))
         # id(q/k/v parameter) -> (attention module, "weight" | "bias", projection, row range in the fused tensor)
@@ -73,12 +91,22 @@ class StagedWeights:
         self._in_place: set[int] = set()  # ids of parameters not loaded since a resume, written already
         self._fused_stages: dict[tuple[int, str], _FusedStage] = {}
         self._names: set[str] = set()
+        # Buffers of a parameter's shape and dtype that nothing else uses (see Spares above).
+        self._spares: dict[int, torch.Tensor] = {}  # id(param) -> buffer
+        self._fused_spares: dict[tuple[int, str], torch.Tensor] = {}  # (id(attention), kind) -> buffer
+        self.allocations = 0  # buffers staging had to allocate (none once spares are there): tests and info
 
     @property
     def count(self) -> int:
         """Tensors staged (by name) and not yet committed. Read without the lock, which a bucket
         being copied may hold a while: /server_info answers from the event loop."""
         return len(self._names)
+
+    @property
+    def spare_bytes(self) -> int:
+        """Memory held in spares. Read without the lock (server_info answers on the event loop)."""
+        spares = [*list(self._spares.values()), *list(self._fused_spares.values())]
+        return sum(t.numel() * t.element_size() for t in spares)
 
     def stage(
         self, named: Iterable[tuple[str, torch.Tensor]], owned: bool = False, check: Callable[[], None] | None = None
@@ -102,15 +130,24 @@ class StagedWeights:
                     if fused is not None and (stage := self._fused_stages.get((id(fused[0]), fused[1]))):
                         stage.written.discard(fused[2])
                 elif fused is None:
-                    self._plain[id(param)] = (param, _own(tensor, param) if owned else _copy(tensor, param))
+                    if (earlier := self._plain.pop(id(param), None)) is not None:  # staged twice: keep the later
+                        self._spare(param, earlier[1])
+                    if owned and _keepable(tensor, param):
+                        data = tensor.detach()
+                    else:
+                        data = self._take(param)
+                        copy_bytes(data, tensor)
+                    self._plain[id(param)] = (param, data)
                 else:
                     attn, kind, proj, rows = fused
                     stage = self._fused_stages.get((id(attn), kind))
                     if stage is None:
-                        live = getattr(attn, f"fused_{kind}")
-                        stage = self._fused_stages[(id(attn), kind)] = _FusedStage(attn, kind, torch.empty_like(live))
-                    with torch.no_grad():
-                        stage.buffer[rows].copy_(tensor)
+                        buffer = self._fused_spares.pop((id(attn), kind), None)
+                        if buffer is None:
+                            buffer = torch.empty_like(getattr(attn, f"fused_{kind}"))
+                            self.allocations += 1
+                        stage = self._fused_stages[(id(attn), kind)] = _FusedStage(attn, kind, buffer)
+                    copy_bytes(stage.buffer[rows], tensor)
                     stage.written.add(proj)
                 self._names.add(name)
         return len(named)
@@ -138,47 +175,70 @@ class StagedWeights:
                 if data.shape != param.shape or data.dtype != param.dtype:
                     got, want = f"{list(data.shape)} {data.dtype}", f"{list(param.shape)} {param.dtype}"
                     raise AssertionError(f"staged {got} for a {want} parameter")
+            for param, _ in self._plain.values():
+                self._spare(param, param.data)
             for param, data in swaps:
                 param.data = data
             for attn, kind, buffer in fused:
+                old = getattr(attn, f"fused_{kind}")
                 setattr(attn, f"fused_{kind}", buffer)
+                if self.keep_spares:
+                    self._fused_spares[(id(attn), kind)] = old
             count = len(self._names)
             self._clear()
         return written, count
 
     def discard(self) -> int:
-        """Drop everything staged; returns how many tensors (by name) that was."""
+        """Drop everything staged (its buffers become spares); returns how many tensors (by name)
+        that was."""
         with self._lock:
             count = len(self._names)
+            for param, data in self._plain.values():
+                self._spare(param, data)
+            for key, stage in self._fused_stages.items():
+                if self.keep_spares:
+                    self._fused_spares.setdefault(key, stage.buffer)
             self._clear()
         return count
+
+    def drop_spares(self) -> int:
+        """Free the spares now; returns their bytes."""
+        with self._lock:
+            freed = self.spare_bytes
+            self._spares, self._fused_spares = {}, {}
+        return freed
+
+    def _take(self, param: nn.Parameter) -> torch.Tensor:
+        """A buffer for `param`'s next data: its spare, else a fresh one."""
+        spare = self._spares.pop(id(param), None)
+        if spare is not None:
+            return spare
+        self.allocations += 1
+        return torch.empty(param.shape, dtype=param.dtype, device=param.device)
+
+    def _spare(self, param: nn.Parameter, data: torch.Tensor) -> None:
+        """Keep `data` (no longer `param`'s, used by nothing else) as `param`'s spare, if it can be one."""
+        if self.keep_spares and id(param) not in self._spares and _keepable(data, param):
+            self._spares[id(param)] = data.detach()
 
     def _clear(self) -> None:
         self._plain, self._in_place, self._fused_stages, self._names = {}, set(), {}, set()
 
 
-def _own(tensor: torch.Tensor, param: nn.Parameter) -> torch.Tensor:
-    """`tensor` itself when it can become `param`'s storage as it is, else a copy."""
+def _keepable(tensor: torch.Tensor, param: nn.Parameter) -> bool:
+    """Whether `tensor` can become `param`'s storage as it is (or a spare for it)."""
     itemsize = tensor.element_size()
-    if (
-        type(tensor) is torch.Tensor
+    return (
+        type(tensor) in (torch.Tensor, nn.Parameter)
         and tensor.dtype == param.dtype
         and tensor.device == param.device
+        and tensor.shape == param.shape
         and tensor.is_contiguous()
         and tensor.storage_offset() == 0
         and tensor.untyped_storage().nbytes() == tensor.numel() * itemsize  # not a view into a larger buffer
         and not tensor.is_shared()  # not the sender's shared memory
         and not tensor.is_inference()
-    ):
-        return tensor.detach()
-    return _copy(tensor, param)
-
-
-def _copy(tensor: torch.Tensor, param: nn.Parameter) -> torch.Tensor:
-    out = torch.empty(param.shape, dtype=param.dtype, device=param.device)
-    with torch.no_grad():
-        out.copy_(tensor)
-    return out
+    )
 
 
 def received_message(received: int, staged: int, committed: int) -> str:

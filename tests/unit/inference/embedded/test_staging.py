@@ -139,3 +139,49 @@ def test_parameters_not_loaded_since_a_resume_are_written_in_place_and_count_at_
     for name, tensor in new.items():
         assert torch.equal(dict(model.named_parameters())[name], tensor)
     assert torch.equal(attn.fused_weight, torch.cat([attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight]))
+
+
+def storages(model) -> dict[int, int]:
+    """data pointer -> bytes of every storage behind the parameters (the fused q/k/v ones once)."""
+    return {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in model.parameters()}
+
+
+def test_spares_take_the_next_push_without_allocating_and_a_failed_push_keeps_the_old_weights(model, checkpoint):
+    staged = StagedWeights(model)
+    original = storages(model)
+    first, second, third = (shifted(checkpoint, delta) for delta in (0.01, 0.02, 0.03))
+    staged.stage(first)  # a caller's tensors: copied into buffers of the engine's own
+    staged.commit()
+    allocated = staged.allocations
+    assert allocated > 0 and not set(storages(model)) & set(original)
+    assert staged.spare_bytes == sum(original.values())  # the replaced storages, kept
+
+    staged.stage(second)
+    assert staged.allocations == allocated  # into the spares: nothing allocated
+    staged.commit()
+    assert storages(model) == original  # ping-pong: back in the storages the first push replaced
+    assert all(torch.equal(dict(model.named_parameters())[name], t) for name, t in second)
+
+    before = params(model)
+    staged.stage(third[: len(third) // 2])  # a push that fails half way: written into spares only
+    assert staged.discard() == len(third) // 2
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters(remove_duplicate=False))
+    staged.stage(third)
+    staged.commit()
+    assert staged.allocations == allocated
+    assert all(torch.equal(dict(model.named_parameters())[name], t) for name, t in third)
+
+    assert staged.drop_spares() == sum(original.values()) and staged.spare_bytes == 0
+    staged.stage(first)
+    assert staged.allocations > allocated  # no spares left: fresh buffers again
+
+
+def test_without_spares_a_commit_keeps_nothing(model, checkpoint):
+    staged = StagedWeights(model, keep_spares=False)
+    for delta in (0.01, 0.02):
+        staged.stage(shifted(checkpoint, delta))
+        staged.commit()
+        assert staged.spare_bytes == 0
+    staged.stage(shifted(checkpoint, 0.03))
+    staged.discard()
+    assert staged.spare_bytes == 0
