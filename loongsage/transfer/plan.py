@@ -61,7 +61,7 @@ def _synthetic(spec: str) -> TopologyModel:
         raise ValueError(f"--synthetic {spec!r}: expected NODESxGPUS[:nvswitch|pcie][:NIC], e.g. 16x8:nvswitch:ib_ndr")
     interconnect = rest[0] if rest else "nvswitch"
     nic = rest[1] if len(rest) > 1 else "ib_ndr"
-    return TopologyModel.synthetic(int(nodes), int(gpus or 8), interconnect, nic=nic)
+    return TopologyModel.synthetic(int(nodes), gpus_per_node=int(gpus or 8), interconnect=interconnect, nic=nic)
 
 
 def _parser() -> argparse.ArgumentParser:
