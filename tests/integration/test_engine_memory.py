@@ -207,3 +207,25 @@ def test_resident_memory_falls_by_the_weights_and_comes_back(llama_dir, tmp_path
     assert loaded - released >= weight_bytes, report
     assert resumed - released >= 0.95 * weight_bytes, report  # the resumed storages are resident again
     assert after == before
+
+
+def test_pushes_stage_into_the_spares_and_a_release_of_the_weights_drops_them(client, server, tiny_model_path):
+    """After a push the engine keeps the storages it replaced (staging.py's spares) and the next
+    push writes into them, allocating nothing; giving the weights back gives the spares back too."""
+    from loongsage.transfer import push_weights
+
+    checkpoint = read_safetensors(tiny_model_path)
+    weight_bytes = sum(
+        {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes() for p in server.engine.model.parameters()}.values()
+    )
+    for version, delta in ((1, 0.5), (2, 0.25)):
+        push_weights([(name, t + delta) for name, t in checkpoint], [server.base_url], version, transport="shm")
+        info = client.get_server_info()
+        assert info["weight_spare_bytes"] == weight_bytes and client.get_weight_version() == str(version)
+        if version == 1:
+            allocations = info["weight_staging_allocations"]
+    assert info["weight_staging_allocations"] == allocations  # the second push: into the spares
+    live = dict(server.engine.model.named_parameters())
+    assert all(torch.equal(live[name], t + 0.25) for name, t in checkpoint)
+    client.release_memory_occupation(["weights"])
+    assert client.get_server_info()["weight_spare_bytes"] == 0
