@@ -10,8 +10,10 @@ versioning and failure handling exist once:
     channel.close()
 
 `pack` of bucket k+1 runs while `deliver` of bucket k is in flight, so a channel keeps at most
-two packed buckets alive. `deliver` records a receiver that fails in `failed` and keeps serving
-the others where the transport allows (each receiver its own request); a transport whose
+two packed buckets alive; a channel whose `max_in_flight` is above 1 has that many delivered at
+once (concurrent deliver calls, so each receiver has the next bucket waiting when it finishes
+one), and keeps one more packed. `deliver` records a receiver that fails in `failed` and keeps
+serving the others where the transport allows (each receiver its own request); a transport whose
 receivers share one collective fails them all together.
 
 Registered here: shm, inline and cuda_ipc (`/update_weights_from_tensor`; shm and inline in
@@ -21,6 +23,7 @@ payloads only our engines and relays read, cuda_ipc in SGLang's own), gloo and n
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -34,6 +37,8 @@ from loongsage.transfer.transports import pack_inline, pack_shm
 
 class Channel(Protocol):
     failed: dict[str, BaseException]  # receiver URL -> why it stopped receiving
+    # Optional: buckets delivered at once (concurrent `deliver` calls); 1 when absent.
+    # max_in_flight: int
 
     def pack(self, bucket: NamedTensors) -> object: ...
 
@@ -76,13 +81,22 @@ def get_transport(name: str) -> Transport:
 
 class TensorChannel:
     """`/update_weights_from_tensor` to each receiver, all receivers at once (each loads in its
-    own process), one `serialized_named_tensors` entry per tensor-parallel rank of the receiver."""
+    own process), one `serialized_named_tensors` entry per tensor-parallel rank of the receiver.
+
+    shm delivers two buckets at once (`max_in_flight`): the receiver copies one out while the
+    next one's request is already waiting for it, instead of idling for a round trip and the
+    thread hand-offs on both sides after each bucket (on 2 cores busy with the two copies, each
+    hand-off can wait milliseconds for a core). Our receivers take a push's buckets in any order
+    (a push commits with a separate update that carries the version)."""
 
     def __init__(self, name: str, clients: Sequence, tp_sizes: Sequence[int]):
         self.name = name
         self.live = dict(zip(clients, tp_sizes))
         self.failed: dict[str, BaseException] = {}
-        self._pool = ThreadPoolExecutor(max_workers=max(len(self.live), 1), thread_name_prefix=f"push-{name}")
+        self.max_in_flight = SHM_IN_FLIGHT if name == "shm" else 1
+        self._lock = threading.Lock()
+        workers = max(len(self.live), 1) * self.max_in_flight
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"push-{name}")
 
     def pack(self, bucket: NamedTensors) -> tuple[ExitStack, Callable[[], object]]:
         stack = ExitStack()
@@ -96,20 +110,33 @@ class TensorChannel:
     def deliver(self, packed) -> None:
         _, entry = packed
         load_format = None if self.name == "cuda_ipc" else self.name
-        sends = {
-            client: self._pool.submit(
-                client.update_weights_from_tensor,
+        with self._lock:
+            live = list(self.live.items())
+
+        def send(client, tp_size: int):
+            return client.update_weights_from_tensor(
                 # Made just before sending: a receiver never reached costs no dump.
                 serialized_named_tensors=[entry() for _ in range(tp_size)],
                 load_format=load_format,
                 flush_cache=True,
             )
-            for client, tp_size in self.live.items()
-        }
+
+        if len(live) == 1:  # on this thread: one hand-off fewer per bucket
+            client, tp_size = live[0]
+            try:
+                send(client, tp_size)
+            except Exception as exc:
+                self._fail(client, exc)
+            return
+        sends = {client: self._pool.submit(send, client, tp_size) for client, tp_size in live}
         for client, sent in sends.items():
             if sent.exception() is not None:
-                self.failed[client.base_url] = sent.exception()
-                del self.live[client]
+                self._fail(client, sent.exception())
+
+    def _fail(self, client, exc: BaseException) -> None:
+        with self._lock:
+            self.failed.setdefault(client.base_url, exc)
+            self.live.pop(client, None)
 
     def release(self, packed) -> None:
         packed[0].close()
@@ -133,6 +160,9 @@ def _open_tensor_channel(name: str) -> Callable[[Sequence, str], TensorChannel]:
     return open_channel
 
 
-register_transport(Transport("shm", _open_tensor_channel("shm"), same_host_only=True, bucket_mb=256))
+# shm: 64 MB buckets measured fastest for SmolLM2-135M fp32 on 2 cores (`python -m loongsage.bench
+# transfer`): enough buckets that packing and copying out overlap, few enough round trips.
+SHM_IN_FLIGHT = 2
+register_transport(Transport("shm", _open_tensor_channel("shm"), same_host_only=True, bucket_mb=64))
 register_transport(Transport("inline", _open_tensor_channel("inline"), same_host_only=False, bucket_mb=64))
 register_transport(Transport("cuda_ipc", _open_tensor_channel("cuda_ipc"), same_host_only=True, bucket_mb=512))

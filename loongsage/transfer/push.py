@@ -14,6 +14,7 @@ then reported.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -99,20 +100,26 @@ def push_stream(
 
 
 def _stream(channel: Channel, buckets: Iterable[NamedTensors], pipelined: bool, tally: Tally) -> None:
-    """Deliver every bucket in order; pack the next while one is delivered."""
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="push-deliver") as sender:
-        in_flight: tuple[Future, object] | None = None
-        for bucket in buckets:
-            packed = channel.pack(bucket)
-            if in_flight is not None:
-                _finish(channel, *in_flight)
-            in_flight = (sender.submit(channel.deliver, packed), packed)
-            tally.add(tensor for _, tensor in bucket)
-            if not pipelined:
-                _finish(channel, *in_flight)
-                in_flight = None
-        if in_flight is not None:
-            _finish(channel, *in_flight)
+    """Deliver every bucket in order; pack the next while one is delivered (or, for a channel
+    with `max_in_flight` above 1, while that many are)."""
+    depth = max(1, getattr(channel, "max_in_flight", 1)) if pipelined else 1
+    with ThreadPoolExecutor(max_workers=depth, thread_name_prefix="push-deliver") as sender:
+        in_flight: deque[tuple[Future, object]] = deque()
+        try:
+            for bucket in buckets:
+                packed = channel.pack(bucket)
+                while len(in_flight) >= depth:
+                    _finish(channel, *in_flight.popleft())
+                in_flight.append((sender.submit(channel.deliver, packed), packed))
+                tally.add(tensor for _, tensor in bucket)
+                if not pipelined:
+                    _finish(channel, *in_flight.popleft())
+            while in_flight:
+                _finish(channel, *in_flight.popleft())
+        finally:
+            for delivered, packed in in_flight:  # after a failure: each released once it is answered
+                delivered.exception()
+                channel.release(packed)
 
 
 def _finish(channel: Channel, delivered: Future, packed: object) -> None:

@@ -38,7 +38,7 @@ class SegmentPool:
     Sizes are rounded up to a power of two, so buckets of slightly different sizes reuse the
     same segments (and the receivers' mappings of them, `AttachedSegments`) push after push."""
 
-    def __init__(self, keep: int = 3):
+    def __init__(self, keep: int = 4):
         self.keep = keep
         self._free: list[shared_memory.SharedMemory] = []
         self._lock = threading.Lock()
@@ -78,7 +78,8 @@ def _unlink(segment: shared_memory.SharedMemory) -> None:
     segment.unlink()
 
 
-_SEGMENTS = SegmentPool()
+# shm has two buckets in flight while it packs a third; one larger bucket (an embedding) may come too.
+_SEGMENTS = SegmentPool(keep=4)
 atexit.register(_SEGMENTS.close)
 
 
@@ -113,7 +114,7 @@ class AttachedSegments:
     receiver giving its memory back). A mapping in use by a copy stays valid until the copy's
     views are gone: nothing here unmaps it under them (mmap objects close when unreferenced)."""
 
-    def __init__(self, keep: int = 4):
+    def __init__(self, keep: int = 6):
         self.keep = keep
         self._maps: OrderedDict[str, tuple[tuple[int, int], mmap.mmap]] = OrderedDict()
         self._lock = threading.Lock()
