@@ -154,12 +154,13 @@ class RolloutGroup:
         return urls
 
     def _publish(self, version: int, report: dict) -> None:
-        """Only engines that hold `version` serve it; a push that reached none stops the run."""
+        """Only engines that hold `version` serve it; a push that failed on every engine it tried
+        stops the run (one to no engine, all being down, waits for them to come back)."""
         for url, why in report["failed"].items():
             log.error(
                 "engine %s did not get weight version %d (%s): out of rotation until a later push reaches it", url, version, why
             )
-        if not report["updated"]:
+        if report["failed"] and not report["updated"]:
             raise RuntimeError(f"the weight push of version {version} reached no engine: {report['failed']}")
         self.roster.publish(version, report["updated"])
 
