@@ -4,7 +4,7 @@ A transport opens a Channel to a set of receivers (engines, or relays that speak
 protocol). The push loop (`push.py`) drives every channel the same way, so pipelining,
 versioning and failure handling exist once:
 
-    packed = channel.pack(bucket)   # the sender's copy; on the caller's thread
+    packed = channel.pack(bucket, following=n)   # the sender's copy; on the caller's thread
     channel.deliver(packed)         # on the wire and taken in; on the sender thread
     channel.release(packed)         # after every receiver answered
     channel.close()
@@ -40,7 +40,10 @@ class Channel(Protocol):
     # Optional: buckets delivered at once (concurrent `deliver` calls); 1 when absent.
     # max_in_flight: int
 
-    def pack(self, bucket: NamedTensors) -> object: ...
+    def pack(self, bucket: NamedTensors, following: int | None = None) -> object:
+        """`following`: how many buckets the stream packs after this one, counted up to the
+        channel's `max_in_flight` (None: at least that many)."""
+        ...
 
     def deliver(self, packed: object) -> None: ...
 
@@ -95,17 +98,38 @@ class TensorChannel:
         self.failed: dict[str, BaseException] = {}
         self.max_in_flight = SHM_IN_FLIGHT if name == "shm" else 1
         self._lock = threading.Lock()
+        self._packed = 0  # shm buckets packed and not released yet
         workers = max(len(self.live), 1) * self.max_in_flight
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"push-{name}")
 
-    def pack(self, bucket: NamedTensors) -> tuple[ExitStack, Callable[[], object]]:
+    def pack(self, bucket: NamedTensors, following: int | None = None) -> tuple[ExitStack, Callable[[], object]]:
         stack = ExitStack()
         if self.name == "cuda_ipc":
             shared = IpcBucket(bucket)
             stack.callback(shared.release)
             return stack, shared.serialize  # a dump per rank: SGLang's receivers count references per dump
-        payload = stack.enter_context((pack_shm if self.name == "shm" else pack_inline)(bucket))
+        if self.name == "shm":
+            # Nothing in flight (the push's first bucket): the receivers wait for this copy alone,
+            # so it takes both cores.
+            with self._lock:
+                idle = self._packed == 0
+                self._packed += 1
+            stack.callback(self._unpacked)
+            # The last buckets (fewer follow than are in flight) are copied out while this sender has
+            # nothing left to pack: the receivers may copy with both cores then.
+            tail = following is not None and following < self.max_in_flight
+            try:
+                payload = stack.enter_context(pack_shm(bucket, threads=2 if idle else 1, copy_threads=2 if tail else 1))
+            except BaseException:
+                stack.close()
+                raise
+        else:
+            payload = stack.enter_context(pack_inline(bucket))
         return stack, lambda: payload
+
+    def _unpacked(self) -> None:
+        with self._lock:
+            self._packed -= 1
 
     def deliver(self, packed) -> None:
         _, entry = packed

@@ -71,7 +71,7 @@ class GroupChannel:
         except BaseException as exc:
             self._fail_all(exc)
 
-    def pack(self, bucket: NamedTensors) -> tuple[list[str], list[torch.Tensor]]:
+    def pack(self, bucket: NamedTensors, following: int | None = None) -> tuple[list[str], list[torch.Tensor]]:
         return [name for name, _ in bucket], [_sendable(name, tensor, self.device) for name, tensor in bucket]
 
     def deliver(self, packed) -> None:

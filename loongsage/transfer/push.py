@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
@@ -57,11 +57,12 @@ def push_with_retry(
     check_reach(transport_name, receiver_urls, sender_host)
     check_device(transport_name)
     tally = Tally()
-    failed = push_stream(make_buckets(), list(receiver_urls), transport_name, sender_host, pipelined, tally)
+    # The buckets are in memory: looking ahead costs nothing.
+    failed = push_stream(make_buckets(), list(receiver_urls), transport_name, sender_host, pipelined, tally, True)
     still: dict[str, BaseException] = {}
     for url, error in failed.items():
         log.warning("weight push to %s failed (%s); retrying it alone", url, why(error))
-        again = push_stream(make_buckets(), [url], transport_name, sender_host, pipelined, Tally())
+        again = push_stream(make_buckets(), [url], transport_name, sender_host, pipelined, Tally(), True)
         if again:
             still[url] = again[url]
             log.error("weight push to %s failed again: %s", url, why(again[url]))
@@ -75,9 +76,12 @@ def push_stream(
     sender_host: str,
     pipelined: bool,
     tally: Tally,
+    look_ahead: bool = False,
 ) -> dict[str, BaseException]:
     """One attempt at delivering the buckets in order; returns the receivers that failed, with
-    why. A relay forwards with it as the buckets arrive."""
+    why. A relay forwards with it as the buckets arrive. `look_ahead`: the buckets may be taken
+    from `buckets` before they are packed, to tell the channel which ones come last (not for a
+    relay: a bucket would wait for the next ones to arrive)."""
     from loongsage.inference.client import EngineClient
 
     clients = [EngineClient(url) for url in urls]
@@ -85,7 +89,7 @@ def push_stream(
     try:
         channel = get_transport(transport_name).open(clients, sender_host)
         try:
-            _stream(channel, buckets, pipelined, tally)
+            _stream(channel, buckets, pipelined, tally, look_ahead)
         finally:
             channel.close()
     except Exception as exc:  # opening the channel or the stream itself failed: every receiver is in doubt
@@ -99,15 +103,15 @@ def push_stream(
     return dict(channel.failed)
 
 
-def _stream(channel: Channel, buckets: Iterable[NamedTensors], pipelined: bool, tally: Tally) -> None:
+def _stream(channel: Channel, buckets: Iterable[NamedTensors], pipelined: bool, tally: Tally, look_ahead: bool) -> None:
     """Deliver every bucket in order; pack the next while one is delivered (or, for a channel
     with `max_in_flight` above 1, while that many are)."""
     depth = max(1, getattr(channel, "max_in_flight", 1)) if pipelined else 1
     with ThreadPoolExecutor(max_workers=depth, thread_name_prefix="push-deliver") as sender:
         in_flight: deque[tuple[Future, object]] = deque()
         try:
-            for bucket in buckets:
-                packed = channel.pack(bucket)
+            for bucket, following in _looking_ahead(buckets, depth) if look_ahead else ((b, None) for b in buckets):
+                packed = channel.pack(bucket, following=following)
                 while len(in_flight) >= depth:
                     _finish(channel, *in_flight.popleft())
                 in_flight.append((sender.submit(channel.deliver, packed), packed))
@@ -120,6 +124,18 @@ def _stream(channel: Channel, buckets: Iterable[NamedTensors], pipelined: bool, 
             for delivered, packed in in_flight:  # after a failure: each released once it is answered
                 delivered.exception()
                 channel.release(packed)
+
+
+def _looking_ahead(buckets: Iterable[NamedTensors], ahead: int) -> Iterator[tuple[NamedTensors, int | None]]:
+    """Each bucket with how many follow it, counted up to `ahead` (None: `ahead` or more)."""
+    iterator = iter(buckets)
+    window: deque[NamedTensors] = deque()
+    for bucket in iterator:
+        window.append(bucket)
+        if len(window) > ahead:
+            yield window.popleft(), None
+    while window:
+        yield window.popleft(), len(window)
 
 
 def _finish(channel: Channel, delivered: Future, packed: object) -> None:

@@ -84,14 +84,15 @@ atexit.register(_SEGMENTS.close)
 
 
 @contextmanager
-def pack_shm(bucket: NamedTensors) -> Iterator[dict]:
+def pack_shm(bucket: NamedTensors, threads: int = 1, copy_threads: int = 1) -> Iterator[dict]:
     """Same-host receivers: the bucket copied once into a shared-memory segment (from the pool),
-    which each receiver copies out of."""
+    which each receiver copies out of. `threads`: as `layout.write_flat` takes it;
+    `copy_threads`: how many threads the receivers may copy it out with (a hint)."""
     entries, total = table_of_contents(bucket)
     segment = _SEGMENTS.take(max(total, 1))
     try:
-        write_flat(bucket, torch.frombuffer(segment.buf, dtype=torch.uint8, count=total), entries)
-        yield {"shm_name": segment.name, "tensors": entries}
+        write_flat(bucket, torch.frombuffer(segment.buf, dtype=torch.uint8, count=total), entries, threads)
+        yield {"shm_name": segment.name, "tensors": entries, "copy_threads": copy_threads}
     finally:
         _SEGMENTS.give_back(segment)
 

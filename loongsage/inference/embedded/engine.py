@@ -124,14 +124,16 @@ class Engine:
 
         self.scheduler.call(apply)
 
-    def receive_weights(self, named_tensors, weight_version: str | None, owned: bool = False) -> tuple[int, int]:
+    def receive_weights(
+        self, named_tensors, weight_version: str | None, owned: bool = False, copy_threads: int = 1
+    ) -> tuple[int, int]:
         """One bucket of a push inside a weight-update session (tensor and distributed updates):
         staged, not applied (see `staging`); a bucket that carries `weight_version` then commits
         every staged tensor and the version in one step. `owned`: the tensors were made for this
         call alone, so staging may keep them instead of copying. Raises WeightError (nothing
         staged) or scheduler.Unavailable while the weights are released. Returns (tensors staged
-        and waiting, tensors committed): one of them is 0."""
-        self.staged.stage(named_tensors, owned, check=self.memory.check_writable)
+        and waiting, tensors committed): one of them is 0. `copy_threads`: see StagedWeights.stage."""
+        self.staged.stage(named_tensors, owned, check=self.memory.check_writable, copy_threads=copy_threads)
         if weight_version is None:
             return self.staged.count, 0
         return 0, self.commit_weights(weight_version)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 
@@ -149,7 +150,7 @@ def build_app(engine: Engine) -> FastAPI:
                     raise BadRequest(message, "serialized_named_tensors") from None
                 # Staged until the push's bucket that carries weight_version commits them.
                 try:
-                    return len(named), *engine.receive_weights(named, version, owned)
+                    return len(named), *engine.receive_weights(named, version, owned, _copy_threads(payloads[0]))
                 except WeightError as exc:
                     raise BadRequest(str(exc), exc.name) from None
 
@@ -253,6 +254,14 @@ def _field(body, name: str, kind: type, default):
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise BadRequest(f"expected {kind.__name__}, got {type(value).__name__}", name)
     return value
+
+
+def _copy_threads(payload) -> int:
+    """The shm sender's hint: threads this bucket may be copied in with (it packs nothing meanwhile)."""
+    hint = payload.get("copy_threads") if isinstance(payload, dict) else None
+    if not isinstance(hint, int) or isinstance(hint, bool):
+        return 1
+    return max(1, min(hint, os.cpu_count() or 1))
 
 
 def _version(body) -> str | None:

@@ -46,7 +46,7 @@ from torch import nn
 
 from loongsage.inference.embedded.llama import LlamaModel
 from loongsage.inference.embedded.weights import check_shapes
-from loongsage.transfer.layout import copy_bytes
+from loongsage.transfer.layout import copy_many
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj")
 
@@ -109,18 +109,31 @@ class StagedWeights:
         return sum(t.numel() * t.element_size() for t in spares)
 
     def stage(
-        self, named: Iterable[tuple[str, torch.Tensor]], owned: bool = False, check: Callable[[], None] | None = None
+        self,
+        named: Iterable[tuple[str, torch.Tensor]],
+        owned: bool = False,
+        check: Callable[[], None] | None = None,
+        copy_threads: int = 1,
     ) -> int:
         """Stage every tensor of a bucket, or (WeightError for a name or shape) none. `check` runs
         first, under the same lock as `discard`, so that nothing is staged past a release that
-        discards. A name staged twice keeps the later tensor. Returns how many were staged."""
+        discards. A name staged twice keeps the later tensor. `copy_threads`: threads copying the
+        bucket in (`layout.copy_many`), for a sender that knows no other copy competes. Returns
+        how many were staged."""
         named = list(named)
         check_shapes(self.model, [(name, tensor.shape) for name, tensor in named])
+        # A parameter given twice (a name repeated, or both names of tied weights) keeps the later
+        # tensor: only that one is written, so no two of the copies below write the same memory.
+        last = {id(self._params[name]): index for index, (name, _) in enumerate(named)}
+        copies: list[tuple[torch.Tensor, torch.Tensor]] = []  # (staged buffer, tensor), made together at the end
         with self._lock:
             if check is not None:
                 check()
-            for name, tensor in named:
+            for index, (name, tensor) in enumerate(named):
+                self._names.add(name)
                 param = self._params[name]
+                if last[id(param)] != index:
+                    continue
                 fused = self._fused.get(id(param))
                 if self._not_loaded(param):
                     with torch.no_grad():
@@ -136,7 +149,7 @@ class StagedWeights:
                         data = tensor.detach()
                     else:
                         data = self._take(param)
-                        copy_bytes(data, tensor)
+                        copies.append((data, tensor))
                     self._plain[id(param)] = (param, data)
                 else:
                     attn, kind, proj, rows = fused
@@ -147,9 +160,9 @@ class StagedWeights:
                             buffer = torch.empty_like(getattr(attn, f"fused_{kind}"))
                             self.allocations += 1
                         stage = self._fused_stages[(id(attn), kind)] = _FusedStage(attn, kind, buffer)
-                    copy_bytes(stage.buffer[rows], tensor)
+                    copies.append((stage.buffer[rows], tensor))
                     stage.written.add(proj)
-                self._names.add(name)
+            copy_many(copies, copy_threads)
         return len(named)
 
     def commit(self) -> tuple[set[int], int]:

@@ -96,3 +96,36 @@ def test_copy_bytes_matches_torch_copy(src):
     dst = torch.full(src.shape, -1.0)
     copy_bytes(dst, src)
     assert torch.equal(dst, src.float())
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_a_bucket_written_by_several_threads_is_the_same_bytes(threads):
+    tensors = [(f"t{i}", torch.randn(n)) for i, n in enumerate((1000, 3, 0, 70001, 17))]
+    tensors.append(("strided", torch.randn(40)[::2]))
+    entries, total = table_of_contents(tensors)
+    flat = torch.zeros(total, dtype=torch.uint8)
+    write_flat(tensors, flat, entries, threads=threads)
+    assert all(torch.equal(v, t) for (_, v), (_, t) in zip(view_flat(flat, entries), tensors))
+
+
+def test_the_stream_tells_the_channel_which_buckets_come_last():
+    from loongsage.transfer.push import _looking_ahead
+
+    assert list(_looking_ahead(iter("abcd"), 2)) == [("a", None), ("b", None), ("c", 1), ("d", 0)]
+    assert list(_looking_ahead(iter("a"), 2)) == [("a", 0)]
+
+
+def test_shm_packs_the_first_bucket_with_both_cores_and_lets_receivers_copy_the_last_ones_so():
+    from loongsage.transfer.channel import TensorChannel
+
+    channel = TensorChannel("shm", [], [])
+    try:
+        first = channel.pack(named(), following=None)
+        middle = channel.pack(named(), following=2)
+        last = channel.pack(named(), following=1)
+        assert [packed[1]()["copy_threads"] for packed in (first, middle, last)] == [1, 1, 2]
+        for packed in (first, middle, last):
+            channel.release(packed)
+        assert channel._packed == 0
+    finally:
+        channel.close()
