@@ -121,7 +121,7 @@ class StagedWeights:
         bucket in (`layout.copy_many`), for a sender that knows no other copy competes. Returns
         how many were staged."""
         named = list(named)
-        check_shapes(self.model, [(name, tensor.shape) for name, tensor in named])
+        check_shapes(self.model, [(name, tensor.shape) for name, tensor in named], self._params)
         # A parameter given twice (a name repeated, or both names of tied weights) keeps the later
         # tensor: only that one is written, so no two of the copies below write the same memory.
         last = {id(self._params[name]): index for index, (name, _) in enumerate(named)}

@@ -65,11 +65,12 @@ def apply_named_tensors(model: LlamaModel, named: Iterable[tuple[str, torch.Tens
     return {id(params[name]) for name, _ in named}
 
 
-def check_shapes(model: LlamaModel, named_shapes: Iterable[tuple[str, Sequence[int]]]) -> None:
+def check_shapes(model: LlamaModel, named_shapes: Iterable[tuple[str, Sequence[int]]], params: dict | None = None) -> None:
     """Raise WeightError for the first name the model lacks or whose shape differs. Apart from
     `apply_named_tensors`, receivers call it before taking in any bytes, so a bad request is
-    refused while the sender can still be told."""
-    params = dict(model.named_parameters(remove_duplicate=False))
+    refused while the sender can still be told. `params`: the model's named parameters
+    (remove_duplicate=False), for a caller that keeps them (listing them costs ~0.3 ms)."""
+    params = params if params is not None else dict(model.named_parameters(remove_duplicate=False))
     for name, shape in named_shapes:
         if name not in params:
             raise WeightError(f"unknown parameter {name!r}", name)
