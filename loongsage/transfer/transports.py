@@ -38,7 +38,7 @@ class SegmentPool:
     Sizes are rounded up to a power of two, so buckets of slightly different sizes reuse the
     same segments (and the receivers' mappings of them, `AttachedSegments`) push after push."""
 
-    def __init__(self, keep: int = 4):
+    def __init__(self, keep: int = 3):
         self.keep = keep
         self._free: list[shared_memory.SharedMemory] = []
         self._lock = threading.Lock()
@@ -78,8 +78,7 @@ def _unlink(segment: shared_memory.SharedMemory) -> None:
     segment.unlink()
 
 
-# shm has two buckets in flight while it packs a third; one larger bucket (an embedding) may come too.
-_SEGMENTS = SegmentPool(keep=4)
+_SEGMENTS = SegmentPool(keep=3)  # shm has two buckets in flight while it packs a third
 atexit.register(_SEGMENTS.close)
 
 
