@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Protocol
@@ -137,7 +137,9 @@ class TensorChannel:
         with self._lock:
             live = list(self.live.items())
 
-        def send(client, tp_size: int):
+        def send(client, tp_size: int | Future):
+            if isinstance(tp_size, Future):  # asked at open, answered while the first bucket was packed
+                tp_size = tp_size.result()
             return client.update_weights_from_tensor(
                 # Made just before sending: a receiver never reached costs no dump.
                 serialized_named_tensors=[entry() for _ in range(tp_size)],
@@ -166,6 +168,11 @@ class TensorChannel:
         packed[0].close()
 
     def close(self) -> None:
+        with self._lock:
+            asked = list(self.live.items())
+        for client, tp_size in asked:  # an engine that could not tell its tp_size fails, buckets or not
+            if isinstance(tp_size, Future) and tp_size.exception() is not None:
+                self._fail(client, tp_size.exception())
         self._pool.shutdown(wait=True)
 
 
@@ -179,7 +186,11 @@ def engine_tp_size(client) -> int:
 
 def _open_tensor_channel(name: str) -> Callable[[Sequence, str], TensorChannel]:
     def open_channel(clients: Sequence, sender_host: str) -> TensorChannel:
-        return TensorChannel(name, clients, [engine_tp_size(client) for client in clients])
+        channel = TensorChannel(name, clients, [1] * len(clients))
+        # Each engine's tp_size is asked now and awaited at its first bucket, so the round trips
+        # overlap the packing of that bucket; an engine that cannot tell fails alone, there.
+        channel.live = {client: channel._pool.submit(engine_tp_size, client) for client in clients}
+        return channel
 
     return open_channel
 

@@ -211,11 +211,15 @@ def build_app(engine: Engine) -> FastAPI:
     async def end_weight_update(request: Request):
         answer = session.end(await _json_body(request, allow_empty=True))
         # A push whose versioned bucket never came (the sender failed or gave up): the old weights stay.
-        await run_in_threadpool(engine.discard_staged, "end_weight_update")  # waits for a bucket being staged
-        await run_in_threadpool(ATTACHED.prune)  # segments the sender has unlinked since
+        await run_in_threadpool(_end_of_push, engine)
         return answer
 
     return app
+
+
+def _end_of_push(engine: Engine) -> None:
+    engine.discard_staged("end_weight_update")  # waits for a bucket being staged
+    ATTACHED.prune()  # our mappings of segments the sender has unlinked since
 
 
 async def _in_group(call, *args):

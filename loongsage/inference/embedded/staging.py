@@ -188,8 +188,11 @@ class StagedWeights:
                 if data.shape != param.shape or data.dtype != param.dtype:
                     got, want = f"{list(data.shape)} {data.dtype}", f"{list(param.shape)} {param.dtype}"
                     raise AssertionError(f"staged {got} for a {want} parameter")
-            for param, _ in self._plain.values():
-                self._spare(param, param.data)
+            if self.keep_spares:  # the storages being replaced: the model's own (loaded, or staged before)
+                for param, _ in self._plain.values():
+                    old = param.data
+                    if old.is_contiguous() and old.storage_offset() == 0:
+                        self._spares.setdefault(id(param), old)
             for param, data in swaps:
                 param.data = data
             for attn, kind, buffer in fused:
