@@ -195,11 +195,12 @@ def _open_tensor_channel(name: str) -> Callable[[Sequence, str], TensorChannel]:
     return open_channel
 
 
-# shm: 128 MB buckets measured fastest for SmolLM2-135M fp32 on 2 cores (push of 538 MB, best of
-# several: 64 MB 108-120 ms, 96 MB 105-111 ms, 128 MB 102-117 ms, 32 MB 127-142 ms): every bucket
-# costs an HTTP round trip and thread hand-offs on cores busy copying, and two in flight keep the
-# engine copying back to back anyway.
+# shm: 256 MB buckets. Pushes of SmolLM2-135M fp32 (538 MB) on 2 cores, medians of 8 beside a
+# 85 ms bound: 128 MB 106 ms, 256 MB 101 ms, 512 MB 99.5 ms (64 MB ~113, 32 MB ~132 earlier).
+# Every bucket costs a round trip and thread hand-offs on cores busy copying, while the first
+# bucket is packed, and the last two copied out, with both cores anyway (`pack`), so a few
+# large buckets keep the machine's copy bandwidth busy; the sender's pool holds three segments.
 SHM_IN_FLIGHT = 2
-register_transport(Transport("shm", _open_tensor_channel("shm"), same_host_only=True, bucket_mb=128))
+register_transport(Transport("shm", _open_tensor_channel("shm"), same_host_only=True, bucket_mb=256))
 register_transport(Transport("inline", _open_tensor_channel("inline"), same_host_only=False, bucket_mb=64))
 register_transport(Transport("cuda_ipc", _open_tensor_channel("cuda_ipc"), same_host_only=True, bucket_mb=512))
