@@ -18,8 +18,20 @@ def _bootstrap(env: dict[str, str]) -> subprocess.CompletedProcess:
     )
 
 
+def _job_with_free_ports() -> str:
+    """A job id whose Ray ports are free now: half of the job port blocks lie in the kernel's
+    ephemeral range, where the suite's own HTTP connections (and their TIME_WAIT) hold ports for
+    a while; on a cluster Slurm gives the id, and a busy port fails the job naming it."""
+    from loongsage.cluster.bootstrap import busy_ports, ray_ports
+
+    while True:
+        job = str(random.randrange(100000, 900000))
+        if not busy_ports(ray_ports(job)):
+            return job
+
+
 def test_bootstrap_brings_ray_up_on_the_allocation_and_tears_it_down():
-    job = str(random.randrange(100000, 900000))
+    job = _job_with_free_ports()
     env = {
         **os.environ,
         "SLURM_JOB_ID": job,
