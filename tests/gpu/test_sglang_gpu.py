@@ -28,14 +28,9 @@ scheduler blocked until its 30-minute group timeout):
   GPU: NCCL refuses two ranks of one communicator on the same device).
 
 SGLang 0.5.23 takes weight updates only inside a session (/begin_weight_update ...
-/end_weight_update): opened here by the senders' own loongsage.transfer.session.update_sessions,
-after a check that an update outside one is refused.
-
-Expected to fail until loongsage/transfer/process_group.py keys its store as SGLang does:
-WeightUpdateGroup prefixes its keys "loongsage/<group>/", SGLang's receivers (torch's
-_new_process_group_helper under init_custom_process_group) "<group>" + "<group>/" + "<device>/",
-so the two ranks never find each other's keys (reproduced on CPU over gloo). See
-docs/sglang_protocol.md, "Differences found".
+/end_weight_update): opened here by loongsage.transfer.session.update_sessions, and by the
+update round that push_weights runs (which commits with an update carrying no tensors), after a
+check that an update outside one is refused.
 
 Not yet run on a GPU machine.
 
