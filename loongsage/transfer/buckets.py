@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -34,19 +33,11 @@ def iter_buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes
 
 @dataclass
 class Tally:
-    """What one push moved, as every transport reports it."""
+    """What one stream moved (the mesh turns it into the push's metrics)."""
 
-    started: float = field(default_factory=time.perf_counter)
     num_bytes: int = 0
     num_buckets: int = 0
 
     def add(self, tensors: Iterable[torch.Tensor]) -> None:
         self.num_buckets += 1
         self.num_bytes += sum(t.numel() * t.element_size() for t in tensors)
-
-    def metrics(self) -> dict[str, float]:
-        return {
-            "transfer/bytes": float(self.num_bytes),
-            "transfer/buckets": float(self.num_buckets),
-            "transfer/seconds": time.perf_counter() - self.started,
-        }

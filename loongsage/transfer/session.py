@@ -1,7 +1,8 @@
 """The weight-update session around a push: SGLang 0.5.23 refuses /update_weights_from_tensor
 and /update_weights_from_distributed (HTTP 400) unless /begin_weight_update came first, and
-finalizes the loaded weights at /end_weight_update. Every sender opens and closes its sessions
-here, so that the tensor and the broadcast paths cannot drift apart.
+finalizes the loaded weights at /end_weight_update. The update round (`update_round`) opens and
+closes every engine's session through `begin_session`, whatever transports feed the engine;
+`update_sessions` does the same around a block, for callers that post updates themselves.
 
 A server holds one session at a time. One left open by a sender that died mid-push would refuse
 every later push ("already open"): it is closed and ours opened, since only one trainer pushes
