@@ -271,15 +271,14 @@ class Controller:
     def _plan_weight_routes(self) -> None:
         """TransferMesh: the route of every engine's weights, planned once from the probed topology."""
         trainer_seats = self.placement.seats("trainer")
+        sources = {
+            rank: (host, list(trainer_seats[rank].gpus) if trainer_seats else [])
+            for rank, host in self.trainer.weight_sources.items()
+        }
         plan, self.relays = plan_weight_routes(
-            self.cfg.trainer.weight_sync,
-            self.trainer.rank0_host,
-            list(trainer_seats[0].gpus) if trainer_seats else [],
-            self.rollout.urls,
-            self.placement.engine_gpus,
-            self.run_dir,
+            self.cfg.trainer.weight_sync, sources, self.rollout.urls, self.placement.engine_gpus, self.run_dir
         )
-        self.trainer.set_weight_plan(plan.to_dict())
+        self.trainer.set_weight_plan(plan)
 
     def _save(self) -> None:
         state = {

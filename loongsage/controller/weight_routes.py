@@ -1,6 +1,7 @@
 """The route plan of the run's weight pushes (TransferMesh), made once the trainer and the
-engines are placed: the trainer's rank 0 is the source, every engine a receiver; the topology is
-probed on every Ray node. `trainer.weight_sync=mesh` lets the planner choose per engine; a
+engines are placed: every trainer rank that holds a full replica once the weights are gathered
+(all of them under FSDP, the first rank of each replica under Megatron) is a source, every
+engine a receiver; the topology is probed on every Ray node. `trainer.weight_sync=mesh` lets the planner choose per engine; a
 transport name restricts it to that one (and fails naming an engine it cannot reach). The
 relays the plan has are started as Ray actors on their nodes (`transfer.relay`). The plan is
 printed, and kept in the run dir as transfer_plan.json."""
@@ -17,7 +18,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from loongsage.cluster.probe_all import probe_ray_cluster
-from loongsage.transfer.mesh import SOURCE
+from loongsage.transfer.mesh import source_name
 from loongsage.transfer.planner import plan_routes
 from loongsage.transfer.push import LOOPBACK
 from loongsage.transfer.relay import RelayActor
@@ -32,22 +33,25 @@ RELAY_START_TIMEOUT_S = 120
 
 def plan_weight_routes(
     weight_sync: str,
-    trainer_host: str,
-    trainer_gpus: list[int],
+    sources: dict[int, tuple[str, list[int]]],
     engine_urls: list[str],
     engine_gpus: list[list[int]] | None,
     run_dir: Path,
 ) -> tuple[Plan, list]:
-    """The plan, and the relay actors it started (`stop_relays` at shutdown)."""
+    """`sources`: trainer rank -> (host, GPUs) of each rank that holds a full replica once a push
+    has gathered the weights (`TrainGroup.weight_sources`). The plan, and the relay actors it
+    started (`stop_relays` at shutdown)."""
     topology = _loopback_is_here(TopologyModel(probe_ray_cluster()).with_ray_nodes(ray.nodes()))
-    source = Endpoint(SOURCE, "source", trainer_host, _probed_gpus(topology, trainer_host, trainer_gpus))
+    senders = [
+        Endpoint(source_name(rank), "source", host, _probed_gpus(topology, host, gpus)) for rank, (host, gpus) in sources.items()
+    ]
     engines = []
     for i, url in enumerate(engine_urls):
         host = urlparse(url).hostname or ""
         gpus = _probed_gpus(topology, host, engine_gpus[i] if engine_gpus else [])
         engines.append(Endpoint(f"engine/{i}", "engine", host, gpus, url))
     transports = None if weight_sync == "mesh" else {weight_sync}
-    plan = plan_routes(topology, [source], engines, transports)
+    plan = plan_routes(topology, senders, engines, transports)
     plan, relays = _start_relays(plan, topology)
     (run_dir / PLAN_FILE).write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
     log.info("trainer.weight_sync=%s:\n%s", weight_sync, plan.render())

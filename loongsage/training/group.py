@@ -22,6 +22,12 @@ from loongsage.training.settings import (
     train_ranks_named,
     trainer_settings,
 )
+from loongsage.transfer.mesh import local_plan, run_update_round
+from loongsage.transfer.routes import Plan
+
+# How long a rank's failure waits for its peers before it is reported as the cause: Ray marks a
+# killed actor dead within a second or two of its survivors' broken collective.
+PEER_DEATH_GRACE_S = 10.0
 
 
 class TrainGroup:
@@ -55,9 +61,12 @@ class TrainGroup:
             for rank in range(ranks)
         ]
         (address,) = self._gather("rendezvous_address", [self.workers[0].rendezvous_address.remote()])
-        self.rank0_host = address[0]  # where rank 0, the sender of weight pushes, runs
         self._call_all("setup", *address)
         self.layout = self._data_layout()
+        # The sources a route plan may use: rank -> host of each rank that holds a full replica
+        # once a push has gathered the weights.
+        self.weight_sources = {rank: host for rank, host in enumerate(self._call_all("weight_source")) if host}
+        self.weight_plan: Plan | None = None
 
     def train_step(self, samples: list[Sample], policy_version: int | None = None) -> dict[str, float]:
         """`policy_version`: the weight version the trainer's weights are (read by
@@ -84,12 +93,30 @@ class TrainGroup:
     def load_checkpoint(self, path: str | Path) -> None:
         self.step = self._call_all("load_checkpoint", str(Path(path).resolve()))[0]
 
-    def set_weight_plan(self, plan: dict | None) -> None:
-        self._call_all("set_weight_plan", plan)
+    def set_weight_plan(self, plan: Plan | None) -> None:
+        """The route plan every later push follows; None: each push plans for this machine
+        (`mesh.local_plan`, as a trainer driven without a controller does)."""
+        self.weight_plan = plan
 
     def push_weights(self, engine_urls: list[str], version: int) -> dict:
-        """Rank 0's report: {"metrics", "updated": engines holding `version`, "failed": {url: why}}."""
-        return self._call_all("push_weights", list(engine_urls), version)[0]
+        """One update round, coordinated from here (`mesh.run_update_round`): every rank gathers the
+        weights, the plan's sources send their routes at once, and the engines that got all of
+        theirs switch to `version`. Returns {"metrics", "updated": [urls], "failed": {url: why}}."""
+        urls = list(engine_urls)
+        plan = self.weight_plan or self._local_plan(urls)
+        routes = plan.to_dict()
+
+        def send(skip: list[str]) -> list:
+            refs = [worker.push_weights.remote(routes, urls, skip) for worker in self.workers]
+            return [report for report in self._gather("push_weights", refs) if report is not None]
+
+        return run_update_round(plan, urls, version, send)
+
+    def _local_plan(self, engine_urls: list[str]) -> Plan:
+        """This machine's plan, with the sources that run on it (rank 0's host)."""
+        host = self.weight_sources[0]
+        ranks = [rank for rank, where in self.weight_sources.items() if where == host]
+        return local_plan(engine_urls, self.trainer.weight_sync, host, ranks)
 
     def shutdown(self) -> None:
         for worker in self.workers:
@@ -142,8 +169,21 @@ class TrainGroup:
             except ray.exceptions.RayActorError as err:
                 self._fail(f"train worker rank {rank} died during {call} at trainer step {self.step}", err)
             except ray.exceptions.RayTaskError as err:
-                self._fail(f"train worker rank {rank} failed in {call} at trainer step {self.step}: {err.cause!r}", err)
+                self._fail_on_root_cause(call, rank, err, pending)
         return results
+
+    def _fail_on_root_cause(self, call: str, rank: int, err, pending: dict) -> None:
+        """A rank whose collective broke ("connection reset by peer") often reports before Ray
+        notices the peer that died and broke it; the dead peer is the cause worth naming."""
+        done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=PEER_DEATH_GRACE_S)
+        for ref in done:
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError as death:
+                self._fail(f"train worker rank {pending[ref]} died during {call} at trainer step {self.step}", death)
+            except ray.exceptions.RayTaskError:
+                pass
+        self._fail(f"train worker rank {rank} failed in {call} at trainer step {self.step}: {err.cause!r}", err)
 
     def _fail(self, message: str, err: Exception) -> None:
         self._broken = message

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from loongsage.sample import Sample
+from loongsage.transfer.mesh import SourceReport
 
 
 class TrainBackend(Protocol):
@@ -40,11 +41,15 @@ class TrainBackend(Protocol):
     def load_checkpoint(self, path: str) -> int:
         """Restore from `path`; return the trainer step it was saved at."""
 
-    def set_weight_plan(self, plan: dict | None) -> None:
-        """The route plan later pushes follow (TrainRank keeps it)."""
+    def weight_source(self) -> str | None:
+        """This rank's host if it holds a full replica once `push_weights` has gathered the
+        weights (a source of the route plan), else None."""
 
-    def push_weights(self, engine_urls: list[str], version: int) -> dict | None:
-        """Send full weights to the engines; rank 0 returns the report of `send_to_engines`."""
+    def push_weights(self, plan: dict, engine_urls: list[str], skip: list[str]) -> SourceReport | None:
+        """Collective: gather the weights in lockstep; a source of `plan` (`Plan.to_dict()`)
+        sends its routes to the engines and relays not in `skip` (`TrainRank.send_to_engines`),
+        and returns what they moved; other ranks return None. The version switch is not the
+        rank's: `TrainGroup.push_weights` coordinates the round."""
 
     def close(self) -> None:
         """Leave the process group."""

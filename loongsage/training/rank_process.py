@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from loongsage.cluster.cpu_placement import pin_this_process
 from loongsage.cluster.hosts import this_host
-from loongsage.transfer.mesh import SOURCE, execute_plan, local_plan
+from loongsage.transfer.mesh import SourceReport, send_routes, source_name
 from loongsage.transfer.routes import Plan
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -81,20 +81,26 @@ class TrainRank:
         self.seed, self.rank = seed, rank
         self.dtype = DTYPES[trainer.dtype]
         self.step = 0
-        self.weight_plan: Plan | None = None
         seed_everything(seed + rank)
 
     def rendezvous_address(self) -> tuple[str, int]:
         """This host's address and a free port for the process group's TCP store (asked of rank 0)."""
         return rendezvous_address()
 
-    def set_weight_plan(self, plan: dict | None) -> None:
-        """The route plan (`transfer.routes.Plan.to_dict()`) every later push follows; None: a plan
-        for this machine is made at each push (`mesh.local_plan`)."""
-        self.weight_plan = Plan.from_dict(plan) if plan is not None else None
+    def weight_source(self) -> str | None:
+        """This rank's host where it holds a full replica once the weights are gathered for a push
+        (a source of the route plan), else None. Every rank does, unless a backend says otherwise."""
+        return this_host()
 
-    def send_to_engines(self, named, engine_urls: list[str], version: int) -> dict:
-        """Rank 0's part of a weight sync: HF-named tensors, bucketed, to every engine along its
-        route. Returns {"metrics", "updated" (engines holding `version`), "failed" (url: why)}."""
-        plan = self.weight_plan or local_plan(engine_urls, self.trainer.weight_sync, this_host())
-        return execute_plan(plan, SOURCE, named, engine_urls, version, this_host(), self.trainer.weight_sync_bucket_mb)
+    def send_to_engines(self, named, plan: dict, engine_urls: list[str], skip: list[str]) -> SourceReport | None:
+        """This rank's part of a weight push (`mesh.run_update_round`, coordinated by TrainGroup):
+        HF-named tensors, which every rank reads in lockstep (a collective gather), bucketed; a
+        source of `plan` sends the buckets its routes carry. None from a rank the plan does not name."""
+        route_plan = Plan.from_dict(plan)
+        source = source_name(self.rank)
+        if source not in route_plan.endpoints:
+            for _ in named:  # the gathers of the tensors the sources are sending
+                pass
+            return None
+        bucket_mb = self.trainer.weight_sync_bucket_mb
+        return send_routes(route_plan, source, named, engine_urls, this_host(), bucket_mb, skip=skip)

@@ -13,18 +13,36 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from urllib.parse import urlparse
 
 import torch
 
-from loongsage.transfer.buckets import NamedTensors, iter_buckets
+from loongsage.transfer.buckets import NamedTensors, share_buckets
 from loongsage.transfer.channel import get_transport
-from loongsage.transfer.push import LOOPBACK, PushFailed, PushResult, check_device, check_reach, push_with_retry, why
+from loongsage.transfer.push import LOOPBACK, PushFailed, check_device, check_reach, push_with_retry, why
 from loongsage.transfer.routes import Endpoint, Plan, Route
 from loongsage.transfer.update_round import UpdateRound
+
+
+@dataclass
+class RouteReport:
+    """What one group of a source's routes (one transport, one share) did; plain data, so a
+    trainer rank can hand it to the round's coordinator through Ray."""
+
+    transport: str
+    receivers: list[str]
+    num_bytes: int  # to each receiver
+    retried: int
+    failed: dict[str, str]  # receiver URL -> why, after its retry
+
+
+@dataclass
+class SourceReport:
+    buckets: int  # in the whole push: every source buckets the weights the same way
+    routes: list[RouteReport]
 
 
 def execute_plan(
@@ -34,59 +52,103 @@ def execute_plan(
     engine_urls: list[str],
     version: int,
     sender_host: str,
-    bucket_mb: int | None = None,
+    bucket_mb: float | None = None,
     pipelined: bool = True,
 ) -> dict:
-    """One update round (`update_round`) over the plan's routes out of `source`, each group of
-    routes (same transport, same share) on a thread of its own. Returns {"metrics": {...},
-    "updated": [engines holding `version`], "failed": {engine URL: why}}. A push to some of the
-    engines (a resync) goes straight to them: a relay forwards to everything it feeds."""
+    """One update round whose one source is this process (see `run_update_round`)."""
     named = list(named_tensors)
+    return run_update_round(
+        plan,
+        engine_urls,
+        version,
+        lambda skip: [send_routes(plan, source, named, engine_urls, sender_host, bucket_mb, pipelined, skip)],
+    )
+
+
+def run_update_round(plan: Plan, engine_urls: list[str], version: int, send: Callable[[list[str]], list[SourceReport]]) -> dict:
+    """One update round (`update_round`): the sessions open, `send(skip)` runs every source's
+    routes (`send_routes`; receivers in `skip` could not open theirs), then the relays close,
+    every engine that got all its routes is committed to `version`, and the sessions close.
+    Returns {"metrics": {...}, "updated": [engines holding `version`], "failed": {engine URL: why}}.
+    A push to some of the engines (a resync) goes straight to them: a relay forwards to everything it feeds."""
+    check_covered(plan, engine_urls)
     if set(engine_urls) != {e.url for e in plan.by_role("engine")}:
         plan = without_relays(plan)
-    groups = _route_groups(plan, source, engine_urls)
-    # One bucketing for the whole push: a share is a set of bucket indices, the same on every route.
-    bucket_bytes = (bucket_mb or min((get_transport(t).bucket_mb for t, _, _ in groups), default=64)) * 1024 * 1024
     started = time.perf_counter()
     update = UpdateRound(engine_urls, [e.url for e in _relays_upstream_first(plan)])
     try:
         update.open()
-        with ThreadPoolExecutor(max_workers=max(len(groups), 1), thread_name_prefix="mesh-route") as pool:
-            pushes = {
-                key: pool.submit(
-                    push_with_retry,
-                    _share_maker(named, bucket_bytes, key[1], key[2]),
-                    [url for url in urls if url not in update.failed],
-                    key[0],
-                    sender_host,
-                    pipelined,
-                )
-                for key, urls in groups.items()
-            }
-            results = {key: push.result() for key, push in pushes.items()}
+        reports = send(sorted(update.failed))
+        routes = [route for report in reports for route in report.routes]
         unreached = update.close_relays()
-        failed = _failed_engines(plan, engine_urls, {**update.failed, **_route_failures(results)}, unreached)
+        failed_receivers = {url: why for route in routes for url, why in route.failed.items()}
+        failed = _failed_engines(plan, engine_urls, {**update.failed, **failed_receivers}, unreached)
         update.commit(version, [url for url in engine_urls if url not in failed])
     finally:
         update.close()
     failed.update({url: reason for url, reason in update.failed.items() if url in engine_urls and url not in failed})
     seconds = time.perf_counter() - started
-    updated = [url for url in engine_urls if url not in failed]
     return {
-        "metrics": _metrics(groups, results, len(list(iter_buckets(named, bucket_bytes))), seconds, failed),
-        "updated": updated,
+        "metrics": _metrics(routes, max((r.buckets for r in reports), default=0), seconds, failed),
+        "updated": [url for url in engine_urls if url not in failed],
         "failed": failed,
     }
+
+
+def send_routes(
+    plan: Plan,
+    source: str,
+    named_tensors: Iterable[tuple[str, torch.Tensor]],
+    engine_urls: list[str],
+    sender_host: str,
+    bucket_mb: float | None = None,
+    pipelined: bool = True,
+    skip: Sequence[str] = (),
+) -> SourceReport:
+    """A source's part of an update round: its routes to the wanted engines (and the relays),
+    each group (one transport, one share) on a thread of its own. Every source of the round
+    streams every tensor (for a trainer rank that is a collective gather), but keeps only the
+    buckets of its own shares."""
+    if set(engine_urls) != {e.url for e in plan.by_role("engine")}:
+        plan = without_relays(plan)
+    groups = _route_groups(plan, source, engine_urls)
+    kept, buckets = share_buckets(named_tensors, plan_bucket_bytes(plan, bucket_mb), [key[1:] for key in groups])
+    with ThreadPoolExecutor(max_workers=max(len(groups), 1), thread_name_prefix="mesh-route") as pool:
+        pushes = {
+            key: pool.submit(
+                push_with_retry,
+                _share_maker(kept, key[1], key[2]),
+                [url for url in urls if url not in skip],
+                key[0],
+                sender_host,
+                pipelined,
+            )
+            for key, urls in groups.items()
+        }
+        results = {key: push.result() for key, push in pushes.items()}
+    routes = [
+        RouteReport(
+            key[0], groups[key], result.tally.num_bytes, result.retried, {url: why(e) for url, e in result.failed.items()}
+        )
+        for key, result in results.items()
+    ]
+    return SourceReport(buckets, routes)
+
+
+def plan_bucket_bytes(plan: Plan, bucket_mb: float | None) -> int:
+    """The push's one bucketing, the same in every source (a share is a set of bucket indices):
+    `bucket_mb`, else the smallest default of the transports the sources' routes use."""
+    if bucket_mb is None:
+        sources = {e.name for e in plan.by_role("source")}
+        bucket_mb = min((get_transport(r.transport).bucket_mb for r in plan.routes if r.sender in sources), default=64)
+    return int(bucket_mb * 1024 * 1024)
 
 
 def _route_groups(plan: Plan, source: str, engine_urls: list[str]) -> dict[tuple[str, int, int], list[str]]:
     """(transport, share, shares) -> the receivers' URLs, for the routes out of `source` that lead
     to a wanted engine (relays always: they forward to engines that are all wanted)."""
+    check_covered(plan, engine_urls)
     wanted = set(engine_urls)
-    known = {e.url for e in plan.by_role("engine")}
-    unknown = sorted(wanted - known)
-    if unknown:
-        raise ValueError(f"the route plan has no route to {', '.join(unknown)}; it covers {', '.join(sorted(known))}")
     groups: dict[tuple[str, int, int], list[str]] = defaultdict(list)
     for route in plan.routes_from(source):
         receiver = plan.endpoint(route.receiver)
@@ -98,12 +160,15 @@ def _route_groups(plan: Plan, source: str, engine_urls: list[str]) -> dict[tuple
     return dict(groups)
 
 
-def _share_maker(named: NamedTensors, bucket_bytes: int, shard: int, shards: int):
-    return lambda: (bucket for index, bucket in enumerate(iter_buckets(named, bucket_bytes)) if index % shards == shard)
+def check_covered(plan: Plan, engine_urls: list[str]) -> None:
+    known = {e.url for e in plan.by_role("engine")}
+    unknown = sorted(set(engine_urls) - known)
+    if unknown:
+        raise ValueError(f"the route plan has no route to {', '.join(unknown)}; it covers {', '.join(sorted(known))}")
 
 
-def _route_failures(results: dict[tuple[str, int, int], PushResult]) -> dict[str, str]:
-    return {url: why(error) for result in results.values() for url, error in result.failed.items()}
+def _share_maker(kept: dict[int, NamedTensors], shard: int, shards: int):
+    return lambda: (kept[index] for index in sorted(kept) if index % shards == shard)
 
 
 def _failed_engines(
@@ -141,17 +206,17 @@ def _relays_upstream_first(plan: Plan) -> list[Endpoint]:
     return ordered
 
 
-def _metrics(groups, results, buckets: int, seconds: float, failed: dict[str, str]) -> dict[str, float]:
+def _metrics(routes: list[RouteReport], buckets: int, seconds: float, failed: dict[str, str]) -> dict[str, float]:
     metrics = {
         "transfer/bytes": 0.0,
         "transfer/buckets": float(buckets),
-        "transfer/retries": float(sum(result.retried for result in results.values())),
+        "transfer/retries": float(sum(route.retried for route in routes)),
         "transfer/failed_receivers": float(len(failed)),
         "transfer/seconds": seconds,
     }
-    for group, result in results.items():
-        moved = float(result.tally.num_bytes * len(groups[group]))
-        key = f"transfer/bytes/{group[0]}"
+    for route in routes:
+        moved = float(route.num_bytes * len(route.receivers))
+        key = f"transfer/bytes/{route.transport}"
         metrics[key] = metrics.get(key, 0.0) + moved
         metrics["transfer/bytes"] += moved
     metrics["transfer/gbps"] = metrics["transfer/bytes"] / seconds / 1e9 if seconds > 0 else 0.0
@@ -173,7 +238,7 @@ def push_weights(
     engines on it are named (and, for gloo | nccl, reach it)."""
     check_reach(transport, engine_urls, sender_host)
     check_device(transport)
-    bucket_mb = None if bucket_bytes is None else bucket_bytes / (1024 * 1024)
+    bucket_mb = None if bucket_bytes is None else bucket_bytes / (1024 * 1024)  # plan_bucket_bytes takes it back whole
     report = execute_plan(
         direct_plan(engine_urls, transport, sender_host),
         SOURCE,
@@ -198,22 +263,27 @@ def direct_plan(engine_urls: list[str], transport_name: str, source_host: str) -
     return Plan({e.name: e for e in [source, *engines]}, routes, [f"every engine over {transport_name}"])
 
 
-def local_plan(engine_urls: list[str], weight_sync: str, source_host: str) -> Plan:
+def local_plan(engine_urls: list[str], weight_sync: str, source_host: str, source_ranks: Sequence[int] = (0,)) -> Plan:
     """The plan of a trainer nobody gave one (driven without a controller, as in tests): this
-    machine's probe, the trainer's rank 0 as the source, engines named by URL; `weight_sync`
-    "mesh" or the one transport allowed."""
+    machine's probe, the trainer ranks `source_ranks` (on this machine) the sources, engines named
+    by URL; `weight_sync` "mesh" or the one transport allowed."""
     from loongsage.cluster.topology import gather, probe_node
     from loongsage.transfer.planner import plan_routes
     from loongsage.transfer.topology_model import TopologyModel
 
     topology = TopologyModel(gather([probe_node(addresses=[source_host, *LOOPBACK])]))
-    source = Endpoint(SOURCE, "source", source_host)
+    sources = [Endpoint(source_name(rank), "source", source_host) for rank in source_ranks]
     engines = [Endpoint(f"engine/{i}", "engine", urlparse(url).hostname or "", url=url) for i, url in enumerate(engine_urls)]
     transports = None if weight_sync == "mesh" else {weight_sync}
-    return without_relays(plan_routes(topology, [source], engines, transports))
+    return without_relays(plan_routes(topology, sources, engines, transports))
 
 
-SOURCE = "trainer/0"  # the trainer rank that sends: rank 0 holds the gathered weights
+def source_name(rank: int) -> str:
+    """A trainer rank as a source of the plan."""
+    return f"trainer/{rank}"
+
+
+SOURCE = source_name(0)  # the one source of a push from a single process
 
 
 def without_relays(plan: Plan) -> Plan:

@@ -21,7 +21,8 @@ TRAIN_GROUP_CALLS = {
     "compute_logprobs": (ANY,),  # samples
     "save_checkpoint": (ANY,),  # path
     "load_checkpoint": (ANY,),  # path
-    "push_weights": (ANY, ANY),  # engine_urls, version
+    "weight_source": (),  # after setup: this rank's host if it holds a full replica for a push
+    "push_weights": (ANY, ANY, ANY),  # route plan (a dict), engine_urls, receivers to skip
 }
 
 

@@ -20,6 +20,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
+from torch.distributed.tensor import DTensor
 
 # Gathered to CPU on rank 0 only: the other ranks would just throw their copy away.
 FULL_ON_RANK0 = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -65,6 +66,19 @@ def clip_grad_norm(model: nn.Module, max_norm: float) -> float:
 def full_model_state(model: nn.Module) -> dict[str, Tensor]:
     """HF-named full weights on rank 0 (empty elsewhere). Collective: call on every rank."""
     return get_model_state_dict(model, options=FULL_ON_RANK0)
+
+
+def full_weights_in_lockstep(model: nn.Module, skip: set[str]) -> Iterator[tuple[str, Tensor]]:
+    """Each full tensor (HF-named, contiguous, on the CPU) but those named in `skip`, on every rank,
+    one at a time. Collective: every rank reads it to the end, in the same order. A rank that sends
+    a share of a weight push keeps only what it sends, where FULL_ON_RANK0 would hold the whole
+    model on rank 0."""
+    inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    for name, value in inner.state_dict().items():
+        if name in skip:
+            continue
+        full = value.full_tensor() if isinstance(value, DTensor) else value
+        yield name, full.detach().cpu().contiguous()
 
 
 def load_full_model_state(model: nn.Module, state: dict[str, Tensor]) -> None:

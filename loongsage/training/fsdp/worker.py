@@ -22,7 +22,7 @@ from loongsage.training.fsdp import checkpoint
 from loongsage.training.fsdp.optim import build_optimizer
 from loongsage.training.fsdp.parallel import (
     clip_grad_norm,
-    full_model_state,
+    full_weights_in_lockstep,
     grad_sync,
     tied_parameter_names,
     wrap_model,
@@ -36,6 +36,7 @@ from loongsage.training.rank_process import (
 )
 from loongsage.training.shares import global_shares
 from loongsage.training.token_scores import FullVocabScores
+from loongsage.transfer.mesh import SourceReport
 
 
 class TrainWorker(TrainRank):
@@ -131,13 +132,10 @@ class TrainWorker(TrainRank):
         )
         return self.step
 
-    def push_weights(self, engine_urls: list[str], version: int) -> dict | None:
-        """Collective: rank 0 gathers the full weights and sends them; others return None."""
-        weights = full_model_state(self.model)
-        if self.rank != 0:
-            return None
-        named = checkpoint.hf_weights(weights, self.tied_names).items()
-        return self.send_to_engines(named, engine_urls, version)
+    def push_weights(self, plan: dict, engine_urls: list[str], skip: list[str]) -> SourceReport | None:
+        """Collective: every rank gathers each full tensor in turn; the plan's sources send."""
+        named = full_weights_in_lockstep(self.model, self.tied_names)
+        return self.send_to_engines(named, plan, engine_urls, skip)
 
     def _optimizer_step(
         self,

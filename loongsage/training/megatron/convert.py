@@ -106,24 +106,26 @@ def _check_hf_names(reader: SafetensorsReader, layout: WeightLayout) -> None:
         )
 
 
-def hf_weights(model, spec: MegatronModelSpec) -> Iterator[tuple[str, Tensor]]:
+def hf_weights(model, spec: MegatronModelSpec, every_replica: bool = False) -> Iterator[tuple[str, Tensor]]:
     """Collective over the tensor- and pipeline-parallel groups; every rank must run it to the end.
 
     On global rank 0: (HF name, full contiguous tensor) pairs in HF order, tied embeddings once
     (no lm_head.weight), vocabulary padding dropped. Other ranks take part and yield nothing.
     Data-parallel (and context-parallel) replicas other than the first return at once: their
-    groups never include rank 0, and they hold the same weights.
+    groups never include rank 0, and they hold the same weights. `every_replica`: each replica
+    gathers its own copy onto its first rank (`holds_full_weights`), so that each can send a share
+    of a weight push.
     """
     from megatron.core import parallel_state as ps
 
-    if ps.get_data_parallel_rank(with_context_parallel=True) != 0:
+    if not every_replica and ps.get_data_parallel_rank(with_context_parallel=True) != 0:
         return
     gpt = gpt_model(model)
     layout = weight_layout(gpt, spec)
     tp_group, tp_rank = ps.get_tensor_model_parallel_group(), ps.get_tensor_model_parallel_rank()
     pp_group, pp_rank = ps.get_pipeline_model_parallel_group(), ps.get_pipeline_model_parallel_rank()
     pp_ranks = dist.get_process_group_ranks(pp_group)
-    if tp_rank == 0 and pp_rank == 0 and dist.get_rank() != 0:
+    if tp_rank == 0 and pp_rank == 0 and not every_replica and dist.get_rank() != 0:
         raise RuntimeError(f"expected global rank 0 to be the first tensor- and pipeline-parallel rank, it is {dist.get_rank()}")
     params = dict(gpt.named_parameters())
     device = next(iter(params.values())).device
@@ -190,7 +192,15 @@ def _recv(src: int, group, device: torch.device) -> Tensor:
     return tensor
 
 
-def host_weights(model, spec: MegatronModelSpec) -> Iterator[tuple[str, Tensor]]:
+def host_weights(model, spec: MegatronModelSpec, every_replica: bool = False) -> Iterator[tuple[str, Tensor]]:
     """`hf_weights` moved to host memory, which transports and safetensors take (collective)."""
-    for name, tensor in hf_weights(model, spec):
+    for name, tensor in hf_weights(model, spec, every_replica):
         yield name, tensor.cpu()
+
+
+def holds_full_weights() -> bool:
+    """Whether `hf_weights(..., every_replica=True)` yields on this rank: the first tensor- and
+    pipeline-parallel rank of its replica."""
+    from megatron.core import parallel_state as ps
+
+    return ps.get_tensor_model_parallel_rank() == 0 and ps.get_pipeline_model_parallel_rank() == 0

@@ -14,11 +14,12 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from loongsage.cluster.hosts import this_host
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
 from loongsage.training.lr_schedule import Warmup
 from loongsage.training.megatron import checkpoint, cpu_shims
-from loongsage.training.megatron.convert import host_weights, load_hf_weights
+from loongsage.training.megatron.convert import holds_full_weights, host_weights, load_hf_weights
 from loongsage.training.megatron.mapping import model_spec
 from loongsage.training.megatron.model import build_model
 from loongsage.training.megatron.optim import build_optimizer, set_lr, wrap_ddp
@@ -33,6 +34,7 @@ from loongsage.training.rank_process import (
 )
 from loongsage.training.settings import train_ranks
 from loongsage.training.shares import global_shares
+from loongsage.transfer.mesh import SourceReport
 
 
 class MegatronWorker(TrainRank):
@@ -91,14 +93,13 @@ class MegatronWorker(TrainRank):
         self.step = checkpoint.load(Path(path), self)
         return self.step
 
-    def push_weights(self, engine_urls: list[str], version: int) -> dict | None:
-        """Collective: every rank takes part in gathering each tensor; rank 0 sends the buckets."""
-        named = host_weights(self.model.module, self.spec)
-        if self.rank != 0:
-            for _ in named:  # the gathers of the tensors rank 0 is sending
-                pass
-            return None
-        return self.send_to_engines(named, engine_urls, version)
+    def weight_source(self) -> str | None:
+        return this_host() if holds_full_weights() else None
+
+    def push_weights(self, plan: dict, engine_urls: list[str], skip: list[str]) -> SourceReport | None:
+        """Collective: each replica gathers every tensor onto its first rank; the plan's sources send."""
+        named = host_weights(self.model.module, self.spec, every_replica=True)
+        return self.send_to_engines(named, plan, engine_urls, skip)
 
     def _optimizer_step(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from loongsage.transfer.buckets import share_buckets
 from loongsage.transfer.channel import TRANSPORTS, Transport, get_transport, register_transport
 from loongsage.transfer.mesh import SOURCE, _route_groups, _share_maker, engines_behind, execute_plan, without_relays
 from loongsage.transfer.routes import Endpoint, Plan, Route
@@ -71,8 +72,25 @@ def test_routes_out_of_a_source_group_by_transport_and_share_and_a_share_is_ever
     }
     assert _route_groups(plan, SOURCE, ["http://b:1"]) == {("gloo", 0, 2): ["http://b:1"], ("gloo", 1, 2): ["http://b:1"]}
     named = [(f"t{i}", torch.zeros(4)) for i in range(5)]  # 16 bytes each, one a bucket
-    shares = [[n for bucket in _share_maker(named, 16, share, 2)() for n, _ in bucket] for share in range(2)]
+    kept, count = share_buckets(iter(named), 16, [(0, 2), (1, 2)])
+    assert count == 5 and sorted(kept) == [0, 1, 2, 3, 4]
+    shares = [[n for bucket in _share_maker(kept, share, 2)() for n, _ in bucket] for share in range(2)]
     assert shares == [["t0", "t2", "t4"], ["t1", "t3"]]
+
+
+def test_a_source_keeps_only_the_buckets_of_its_shares_but_reads_every_tensor():
+    read = []
+
+    def stream():
+        for i in range(6):
+            read.append(f"t{i}")
+            yield f"t{i}", torch.full((4,), float(i))  # 16 bytes: one bucket each
+
+    kept, count = share_buckets(stream(), 16, [(1, 3)])
+    assert read == [f"t{i}" for i in range(6)] and count == 6
+    assert {index: [n for n, _ in bucket] for index, bucket in kept.items()} == {1: ["t1"], 4: ["t4"]}
+    kept, count = share_buckets(iter([]), 16, [])
+    assert (kept, count) == ({}, 0)
 
 
 def test_a_chain_of_relays_flattens_to_the_sources_route_and_a_relay_answers_for_everything_downstream():
