@@ -97,7 +97,7 @@ class TrainerConfig:
     # A transport name sends every engine the weights over that one transport: shm (same machine)
     # | inline (HTTP body), in /update_weights_from_tensor payloads only our engines read;
     # cuda_ipc (same machine), there in SGLang's own (CUDA IPC handles, CPU tensors in shared
-    # memory); gloo (CPU) | nccl (GPU) broadcast from trainer rank 0 to a weight-update group
+    # memory); gloo (CPU) | nccl (GPU) broadcast from the trainer to a weight-update group
     # the engines join (/init_weights_update_group, /update_weights_from_distributed).
     weight_sync: str = "mesh"
     # Only read by trainer.backend=megatron; anything but the defaults with another backend is refused.

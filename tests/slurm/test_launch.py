@@ -1,5 +1,5 @@
-"""A tiny recipe on the real one-node Slurm cluster, the two ways users submit it: Hydra's
-submitit launcher and the sbatch template. The Ray bootstrap runs for real inside the jobs."""
+"""A tiny recipe on the real Slurm test cluster (two nodes on this machine), the two ways users
+submit it: Hydra's submitit launcher and the sbatch template. The Ray bootstrap runs for real inside the jobs."""
 
 from __future__ import annotations
 
@@ -7,6 +7,9 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 from loongsage.cluster.bootstrap import FIRST_ENGINE_PORT, FIRST_PORT, PORTS_PER_JOB
 from tests.integration.test_launch import scalars
@@ -56,7 +59,11 @@ def _launch_on_slurm(tmp_path, *overrides: str, timeout: int = 900) -> subproces
     )
 
 
-def _assert_trained(run_dir) -> None:
+def _assert_trained(run_dir, job_output: Path | None = None) -> None:
+    """`job_output`: the job's Slurm output, shown when the run left no TensorBoard files."""
+    if not (run_dir / "tensorboard").is_dir():
+        shown = job_output.read_text()[-4000:] if job_output and job_output.exists() else "(no job output)"
+        pytest.fail(f"the run wrote no {run_dir / 'tensorboard'}; the job printed:\n{shown}")
     logged = scalars(run_dir)
     assert sorted(logged["train/loss"]) == [1, 2]
     assert (run_dir / "checkpoints" / "latest").read_text().strip() == "step_000002"
@@ -91,8 +98,9 @@ def test_sbatch_template_sizes_the_job_from_cluster_keys(slurm, tmp_path):
     match = re.search(r"Submitted batch job (\d+)", note)
     assert match and "--gpus-per-node=2" in note, note
     slurm.wait_gone(match.group(1), timeout_s=600)
-    _assert_trained(run_dir)
-    assert "[loongsage] ray up on 1 node(s)" in (tmp_path / f"slurm-{match.group(1)}.out").read_text()
+    job_output = tmp_path / f"slurm-{match.group(1)}.out"
+    _assert_trained(run_dir, job_output)
+    assert "[loongsage] ray up on 1 node(s)" in job_output.read_text()
 
 
 def test_bootstrap_inside_a_job_registers_the_allocation(slurm, tmp_path):
