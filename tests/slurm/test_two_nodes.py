@@ -104,7 +104,8 @@ def _assert_on_their_nodes(logs: str, run_dir, trainer_ranks: int, engines: int,
     plan = json.loads((run_dir / "transfer_plan.json").read_text())
     host = {e["name"]: e["host"] for e in plan["endpoints"]}
     by_role = {role: [e for e in plan["endpoints"] if e["role"] == role] for role in ("source", "engine")}
-    assert [e["host"] for e in by_role["source"]] == [NODES[TRAINER_NODE]], plan
+    # Every trainer rank holds a replica once a push gathers the weights: each is a source.
+    assert [e["host"] for e in by_role["source"]] == [NODES[TRAINER_NODE]] * trainer_ranks, plan
     assert [urlparse(e["url"]).hostname for e in by_role["engine"]] == [NODES[ENGINE_NODE]] * engines, plan
     # Every engine is fed, and the weights leave node1 for node2 (straight or through a relay there).
     assert {r["receiver"] for r in plan["routes"]} >= {e["name"] for e in by_role["engine"]}, plan
