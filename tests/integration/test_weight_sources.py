@@ -4,6 +4,9 @@ trainer's policy whichever rank sent which share."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 import ray
 
@@ -60,15 +63,23 @@ def two_sources_sharing_each_engine(trainer: TrainGroup, clients: list[EngineCli
     return plan
 
 
-@pytest.mark.parametrize("strategy", ["fsdp2", "ddp"])
-def test_every_fsdp_rank_is_a_source_and_two_of_them_fill_each_engine(engines, tiny_model_path, strategy):
-    cfg = TrainerConfig(world_size=2, strategy=strategy, micro_batch_size=1, lr=1e-2, num_threads=1, weight_sync_bucket_mb=1)
-    trainer = TrainGroup(tiny_model_path, cfg, AlgorithmConfig(), seed=0)
-    urls = [c.base_url for c in engines]
+@contextmanager
+def two_sources(model_path: str, cfg: TrainerConfig) -> Iterator[TrainGroup]:
+    cfg.weight_sync_bucket_mb = 1  # several buckets, so that two shares both hold some
+    trainer = TrainGroup(model_path, cfg, AlgorithmConfig(), seed=0)
     try:
         assert sorted(trainer.weight_sources) == [0, 1]
-        before = engine_logprobs(engines[0], PROMPT, RESPONSE)
-        trained = train_visibly(trainer, before)
+        yield trainer
+    finally:
+        trainer.shutdown()
+
+
+@pytest.mark.parametrize("strategy", ["fsdp2", "ddp"])
+def test_every_fsdp_rank_is_a_source_and_two_of_them_fill_each_engine(engines, tiny_model_path, strategy):
+    cfg = TrainerConfig(world_size=2, strategy=strategy, micro_batch_size=1, lr=1e-2, num_threads=1)
+    urls = [c.base_url for c in engines]
+    with two_sources(tiny_model_path, cfg) as trainer:
+        trained = train_visibly(trainer, engine_logprobs(engines[0], PROMPT, RESPONSE))
 
         # No plan given: this machine's, in which the two ranks take turns feeding the engines.
         local = trainer._local_plan(urls)
@@ -90,22 +101,14 @@ def test_every_fsdp_rank_is_a_source_and_two_of_them_fill_each_engine(engines, t
         assert metrics["transfer/bytes/shm"] > 0 and metrics["transfer/bytes/gloo"] > 0
         assert metrics["transfer/bytes/shm"] + metrics["transfer/bytes/gloo"] == metrics["transfer/bytes"]
         assert metrics["transfer/buckets"] >= 2
-    finally:
-        trainer.shutdown()
 
 
 def test_the_first_rank_of_each_megatron_replica_is_a_source(engines, tiny_model_path):
     cfg = TrainerConfig(backend="megatron", megatron=MegatronConfig(dp=2), micro_batch_size=1, lr=1e-2, num_threads=1)
-    cfg.weight_sync_bucket_mb = 1
-    trainer = TrainGroup(tiny_model_path, cfg, AlgorithmConfig(), seed=0)
     urls = [c.base_url for c in engines]
-    try:
-        assert sorted(trainer.weight_sources) == [0, 1]
-        before = engine_logprobs(engines[0], PROMPT, RESPONSE)
-        trained = train_visibly(trainer, before)
+    with two_sources(tiny_model_path, cfg) as trainer:
+        trained = train_visibly(trainer, engine_logprobs(engines[0], PROMPT, RESPONSE))
         trainer.set_weight_plan(two_sources_sharing_each_engine(trainer, engines))
         report = trainer.push_weights(urls, version=3)
         assert report["updated"] == urls and report["failed"] == {}
         assert_serves(engines, trained, 3)
-    finally:
-        trainer.shutdown()
