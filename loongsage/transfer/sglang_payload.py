@@ -6,10 +6,11 @@ One `serialized_named_tensors` entry is `base64(ForkingPickler dump)` of `[(name
 file_system shared-memory segments, CUDA tensors as CUDA IPC handles.
 
 Unpickling runs whatever callables the payload names, so only an allow-list of globals is
-resolved (as SGLang's SafeUnpickler does, narrowed to what a CPU receiver rebuilds): torch's
+resolved (as SGLang's SafeUnpickler does, narrowed to what our receivers rebuild): torch's
 tensor and storage rebuild functions, the tensor and storage classes, dtypes, Size, and SGLang's
-metadata record. Anything else fails before it is called. What the allowed rebuild functions
-can still be made to do: map a shared-memory segment named by the sender, the purpose of the
+metadata record; CUDA IPC tensors only where this process sees a GPU (the receiver copies them
+out). Anything else fails before it is called. What the allowed rebuild functions can still be
+made to do: map a shared-memory segment named by the sender, the purpose of the
 format, on an endpoint that replaces the model's weights anyway.
 """
 
@@ -43,7 +44,7 @@ _ALLOWED = {
 }
 # Allowed in SGLang too, refused here for a reason the sender can act on.
 _HINTS = {
-    (_REDUCTIONS, "rebuild_cuda_tensor"): "CUDA IPC tensors need a GPU and this engine runs on CPU: send CPU tensors",
+    (_REDUCTIONS, "rebuild_cuda_tensor"): "CUDA IPC tensors need a GPU and this process sees none: send CPU tensors",
     (_REDUCTIONS, "rebuild_storage_fd"): (
         "CPU tensors shared by file descriptor reach only the sender's own children: share them with torch's file_system strategy"
     ),
@@ -52,6 +53,8 @@ _HINTS = {
     ),
 }
 _METADATA = ("sglang.srt.weight_sync.tensor_bucket", "FlattenedTensorMetadata")
+# In torch's rebuild_cuda_tensor arguments: the device (an index; a UUID from SGLang's senders).
+_CUDA_DEVICE_ARG = 6
 
 
 @dataclass
@@ -71,12 +74,27 @@ class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) in _ALLOWED:
             return super().find_class(module, name)
+        if (module, name) == (_REDUCTIONS, "rebuild_cuda_tensor") and torch.cuda.is_available():
+            return _rebuild_cuda_tensor
         if (module, name) == _METADATA:
             return FlattenedTensorMetadata
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)
         hint = _HINTS.get((module, name), "only torch tensors, storages, dtypes and sizes may appear")
         raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a tensor payload: {hint}")
+
+
+def _rebuild_cuda_tensor(*args):
+    """torch's rebuild of a CUDA IPC tensor, with the device named as SGLang's senders (and ours,
+    `ipc_bucket`) name it: by UUID, since the receiver may number its GPUs otherwise; an index is
+    taken as it is (SGLang's `_rebuild_cuda_tensor_modified`)."""
+    device = args[_CUDA_DEVICE_ARG]
+    if isinstance(device, str):
+        by_uuid = {str(torch.cuda.get_device_properties(i).uuid): i for i in range(torch.cuda.device_count())}
+        if device not in by_uuid:
+            raise ValueError(f"a CUDA IPC tensor on GPU {device}, which this process does not see")
+        device = by_uuid[device]
+    return torch.multiprocessing.reductions.rebuild_cuda_tensor(*args[:_CUDA_DEVICE_ARG], device, *args[_CUDA_DEVICE_ARG + 1 :])
 
 
 def unpickle(entry: str) -> object:
