@@ -53,6 +53,8 @@ _HINTS = {
     ),
 }
 _METADATA = ("sglang.srt.weight_sync.tensor_bucket", "FlattenedTensorMetadata")
+# What a CUDA IPC tensor's pickle names: the rebuild, and the storage class among its arguments.
+_CUDA_IPC = {(_REDUCTIONS, "rebuild_cuda_tensor"), ("torch.storage", "TypedStorage")}
 # In torch's rebuild_cuda_tensor arguments: the device (an index; a UUID from SGLang's senders).
 _CUDA_DEVICE_ARG = 6
 
@@ -74,8 +76,8 @@ class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         if (module, name) in _ALLOWED:
             return super().find_class(module, name)
-        if (module, name) == (_REDUCTIONS, "rebuild_cuda_tensor") and torch.cuda.is_available():
-            return _rebuild_cuda_tensor
+        if (module, name) in _CUDA_IPC and torch.cuda.is_available():
+            return _rebuild_cuda_tensor if name == "rebuild_cuda_tensor" else super().find_class(module, name)
         if (module, name) == _METADATA:
             return FlattenedTensorMetadata
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
