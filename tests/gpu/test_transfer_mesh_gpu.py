@@ -6,7 +6,8 @@ The source (this process, GPU 0) broadcasts over nccl to a relay that holds its 
 (a process of its own, as a relay actor on a GPU host is), which forwards them by cuda_ipc to an
 embedded engine (CPU weights: it opens the CUDA IPC handles and copies out); one update round
 commits the engine. Its parameters must end byte for byte those of an engine given the same
-weights over inline. Not yet run on a GPU machine.
+weights over inline. Not yet run: the one GPU machine lent so far had one GPU (NCCL refuses two
+ranks on one device); test_transfer_one_gpu.py runs the cuda_ipc half there.
 """
 
 from __future__ import annotations
