@@ -64,6 +64,9 @@ def _hf_logprobs(hf_tiny, ids: list[int]) -> list[float]:
         ({"input_ids": []}, "input_ids"),
         ({"input_ids": [1, 2], "return_logprob": "yes"}, "return_logprob"),
         ({"input_ids": [1, 2], "logprob_start_len": 5}, "logprob_start_len"),
+        ({"input_ids": [1, 2], "top_logprobs_num": -1}, "top_logprobs_num"),
+        ({"input_ids": [1, 2], "top_logprobs_num": 10**7}, "top_logprobs_num"),
+        ({"input_ids": [1, 2], "top_logprobs_num": 2.5}, "top_logprobs_num"),
         ({"input_ids": [1, 2], "colour": 1}, "colour"),
         ({"sampling_params": {}}, "input_ids"),
         ([1, 2, 3], "body"),
@@ -112,6 +115,54 @@ def test_prompt_logprobs_and_teacher_scoring(client, hf_tiny):
         input_ids=ids, sampling_params={"max_new_tokens": 0}, return_logprob=True, logprob_start_len=len(PROMPT)
     )
     assert [lp for lp, _, _ in tail["meta_info"]["input_token_logprobs"]] == pytest.approx(reference[len(PROMPT) - 1 :], abs=1e-5)
+
+
+def _hf_next_logprobs(hf_tiny, ids: list[int]) -> torch.Tensor:
+    """log p(. | ids[:i]) for i >= 1: [len - 1, vocab]."""
+    with torch.no_grad():
+        return torch.log_softmax(hf_tiny(torch.tensor([ids])).logits[0, :-1].double(), -1)
+
+
+def _assert_top_k(rows: list, reference: torch.Tensor, k: int) -> None:
+    """Each row holds k [logprob, id, text] entries, most likely first: the reference's k largest
+    values, each id's own logprob (the order of near ties is left to float noise)."""
+    assert len(rows) == reference.shape[0]
+    for row, expected in zip(rows, reference):
+        assert len(row) == k
+        values = torch.tensor([lp for lp, _, _ in row], dtype=torch.float64)
+        ids = torch.tensor([t for _, t, _ in row])
+        assert torch.equal(values, values.sort(descending=True).values)
+        assert torch.allclose(values, expected.topk(k).values, atol=1e-5)
+        assert torch.allclose(values, expected[ids], atol=1e-5)
+
+
+def test_top_logprobs_of_a_scored_sequence_are_the_teachers_top_k(client, hf_tiny):
+    """Teacher scoring for top-k distillation (SGLang's `top_logprobs_num`): at every position of
+    the scored sequence, the k most likely tokens and their logprobs, most likely first."""
+    ids = PROMPT + [42, 43, 44]
+    reference = _hf_next_logprobs(hf_tiny, ids)
+    scored = client.generate(
+        input_ids=ids, sampling_params={"max_new_tokens": 0}, return_logprob=True, logprob_start_len=0, top_logprobs_num=5
+    )
+    entries = scored["meta_info"]["input_top_logprobs"]
+    assert len(entries) == len(ids) and entries[0] is None
+    _assert_top_k(entries[1:], reference, 5)
+    assert scored["meta_info"]["output_top_logprobs"] == []
+    # From logprob_start_len on, as the token logprobs; fewer top tokens from the same (cached) prompt.
+    start = len(PROMPT)
+    tail = client.generate(
+        input_ids=ids, sampling_params={"max_new_tokens": 0}, return_logprob=True, logprob_start_len=start, top_logprobs_num=2
+    )
+    _assert_top_k(tail["meta_info"]["input_top_logprobs"], reference[start - 1 :], 2)
+
+
+def test_top_logprobs_of_generated_tokens(client, hf_tiny):
+    out = client.generate(input_ids=PROMPT, sampling_params=_greedy(4), return_logprob=True, top_logprobs_num=3)
+    generated = out["output_ids"]
+    rows = out["meta_info"]["output_top_logprobs"]
+    _assert_top_k(rows, _hf_next_logprobs(hf_tiny, PROMPT + generated)[len(PROMPT) - 1 :], 3)
+    assert [row[0][1] for row in rows] == generated  # greedy: the top token is the one chosen
+    assert "input_top_logprobs" not in out["meta_info"]  # no prompt logprobs asked for (logprob_start_len -1)
 
 
 def test_batch_text_and_stop_token(client):

@@ -67,6 +67,13 @@ class PrefillResult:
     last_logits: torch.Tensor  # [vocab] fp32, predicts the first output token
     # logprob of prompt token i (i >= 1) given tokens < i; None until some request asked for it
     prompt_logprobs: list[float] | None = None
+    # (ids, logprobs) [T - 1, k] of the k most likely tokens at each of those positions
+    prompt_top: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def holds_prompt_logprobs(self, top_k: int) -> bool:
+        return self.prompt_logprobs is not None and (
+            top_k == 0 or (self.prompt_top is not None and self.prompt_top[0].shape[-1] >= top_k)
+        )
 
 
 class PromptCache:

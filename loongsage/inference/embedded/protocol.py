@@ -23,6 +23,7 @@ GENERATE_FIELDS = {
     "sampling_params",
     "return_logprob",
     "logprob_start_len",
+    "top_logprobs_num",
     "rid",
     "stream",
     "return_text_in_logprobs",
@@ -70,6 +71,9 @@ def parse_generate(body: Any, limits: Limits, tokenizer) -> GenerateRequest:
     rids = _per_prompt(body.get("rid"), "rid", n, is_batch, str, None)
     return_logprob = _typed(body.get("return_logprob", False), bool, "return_logprob")
     start = _typed(body.get("logprob_start_len", -1), int, "logprob_start_len")
+    top = _typed(body.get("top_logprobs_num", 0), int, "top_logprobs_num")
+    if not 0 <= top <= limits.vocab_size:
+        raise BadRequest(f"top_logprobs_num={top} must be in [0, {limits.vocab_size}] (the vocabulary)", "top_logprobs_num")
     sequences = []
     for i, (prompt, raw_params, rid) in enumerate(zip(prompts, params, rids)):
         field = f"sampling_params[{i}]" if is_batch else "sampling_params"
@@ -91,6 +95,7 @@ def parse_generate(body: Any, limits: Limits, tokenizer) -> GenerateRequest:
                 stop_ids=frozenset(stop_ids),
                 return_logprob=return_logprob,
                 logprob_start_len=start,
+                top_logprobs_num=top,
             )
         )
     text_in_lp = _typed(body.get("return_text_in_logprobs", False), bool, "return_text_in_logprobs")
@@ -222,10 +227,17 @@ def build_response(seq: Sequence, weight_version: str, tokenizer, text_in_logpro
         def piece(token: int):
             return tokenizer.decode([token]) if text_in_logprobs and tokenizer is not None else None
 
+        def top(entry):
+            return None if entry is None else [[lp, t, piece(t)] for t, lp in zip(*entry)]
+
         meta["output_token_logprobs"] = [[lp, t, piece(t)] for lp, t in zip(seq.output_logprobs, seq.output_ids)]
         if seq.input_logprobs is not None:
             tokens = seq.prompt_ids[seq.logprob_start_len :]
             meta["input_token_logprobs"] = [[lp, t, piece(t)] for lp, t in zip(seq.input_logprobs, tokens)]
+        if seq.top_logprobs_num:
+            meta["output_top_logprobs"] = [top(entry) for entry in seq.output_top_logprobs]
+            if seq.input_top_logprobs is not None:
+                meta["input_top_logprobs"] = [top(entry) for entry in seq.input_top_logprobs]
     return {"text": _response_text(seq, tokenizer), "output_ids": list(seq.output_ids), "meta_info": meta}
 
 

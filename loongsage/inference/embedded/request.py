@@ -18,12 +18,17 @@ class Sequence:
     stop_ids: frozenset[int]
     return_logprob: bool = False
     logprob_start_len: int = -1
+    top_logprobs_num: int = 0  # with return_logprob: the k most likely tokens at each position too
     on_done: Callable[[Sequence], None] | None = None
     generator: torch.Generator | None = None
 
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
     input_logprobs: list[float | None] | None = None
+    # Per position, (token ids, logprobs) of the top_logprobs_num most likely tokens; None where
+    # input_logprobs has None (the first prompt token).
+    input_top_logprobs: list[tuple[list[int], list[float]] | None] | None = None
+    output_top_logprobs: list[tuple[list[int], list[float]]] = field(default_factory=list)
     cached_tokens: int = 0
     finish_reason: dict | None = None
     error: str | None = None  # set when the engine failed it: answered as a 500, never as output
@@ -36,6 +41,10 @@ class Sequence:
     @property
     def wants_prompt_logprobs(self) -> bool:
         return self.return_logprob and self.logprob_start_len >= 0
+
+    @property
+    def top_k_wanted(self) -> int:
+        return self.top_logprobs_num if self.return_logprob else 0
 
     @property
     def cached_length(self) -> int:

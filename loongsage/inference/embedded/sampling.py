@@ -122,3 +122,10 @@ def _truncate(scaled: torch.Tensor, top_p: torch.Tensor, top_k: torch.Tensor) ->
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """Untempered log p(token) per row: logits [B, V], tokens [B] -> [B]."""
     return logits.gather(-1, tokens[:, None])[:, 0] - logits.logsumexp(-1)
+
+
+def top_logprobs(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The `k` most likely tokens per row, untempered as token_logprobs: (ids [B, k], logprobs
+    [B, k]), most likely first."""
+    values, ids = logits.float().topk(k, dim=-1)
+    return ids, values - logits.float().logsumexp(-1, keepdim=True)

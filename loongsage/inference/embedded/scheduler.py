@@ -24,7 +24,7 @@ import torch
 from loongsage.inference.embedded.kv_cache import KVCache, PrefillResult, PromptCache
 from loongsage.inference.embedded.llama import LlamaModel
 from loongsage.inference.embedded.request import Sequence
-from loongsage.inference.embedded.sampling import noise_size, sample_tokens, token_logprobs
+from loongsage.inference.embedded.sampling import noise_size, sample_tokens, token_logprobs, top_logprobs
 
 log = logging.getLogger(__name__)
 
@@ -214,6 +214,8 @@ class Scheduler:
             try:  # one bad request must not take the engine down
                 if seq.wants_prompt_logprobs:
                     seq.input_logprobs = ([None] + entry.prompt_logprobs)[seq.logprob_start_len :]
+                    if seq.top_k_wanted:
+                        seq.input_top_logprobs = ([None] + _top_rows(entry.prompt_top, seq.top_k_wanted))[seq.logprob_start_len :]
                 if seq.params.max_new_tokens == 0:
                     seq.finish({"type": "length", "length": 0})
                     continue
@@ -241,12 +243,12 @@ class Scheduler:
         entries: dict[tuple[int, ...], PrefillResult] = {}
         missing = []
         for key, group in groups.items():
-            wants_logprobs = any(s.wants_prompt_logprobs for s in group)
+            top_k = _prompt_logprobs_wanted(group)
             entry = self.prompts.get(key)
-            if entry is not None and (entry.prompt_logprobs is not None or not wants_logprobs):
+            if entry is not None and (top_k is None or entry.holds_prompt_logprobs(top_k)):
                 entries[key] = entry
             else:
-                missing.append((key, wants_logprobs))
+                missing.append((key, top_k))
         self._prefill_common_prefix(missing)
         computed, reused_prefix = set(), {}
         for (prefix, shared), items in self._plan_by_prefix(missing):
@@ -284,9 +286,7 @@ class Scheduler:
         ones share a prefix no cached prompt covers, prefill it once as a prompt of its own, so
         that each of them only computes what comes after it."""
         uncovered = [
-            key
-            for key, wants_logprobs in missing
-            if not wants_logprobs and self.prompts.longest_prefix(key, MIN_SHARED_PREFIX)[1] == 0
+            key for key, top_k in missing if top_k is None and self.prompts.longest_prefix(key, MIN_SHARED_PREFIX)[1] == 0
         ]
         if len(uncovered) < 2:
             return
@@ -305,9 +305,9 @@ class Scheduler:
         """Missing prompts grouped by the cached prefill they continue and its length ((None, 0)
         for none). Prompts that want prompt logprobs prefill in full: those need every position's hidden state."""
         plans: dict[tuple[int, int], tuple[tuple[PrefillResult | None, int], list]] = {}
-        for key, wants_logprobs in missing:
-            prefix, shared = (None, 0) if wants_logprobs else self.prompts.longest_prefix(key, MIN_SHARED_PREFIX)
-            plans.setdefault((id(prefix), shared), ((prefix, shared), []))[1].append((key, wants_logprobs))
+        for key, top_k in missing:
+            prefix, shared = (None, 0) if top_k is not None else self.prompts.longest_prefix(key, MIN_SHARED_PREFIX)
+            plans.setdefault((id(prefix), shared), ((prefix, shared), []))[1].append((key, top_k))
         return list(plans.values())
 
     def _prefill_batch(
@@ -321,10 +321,10 @@ class Scheduler:
         with torch.inference_mode():
             last_logits = self.model.logits(torch.stack([h[t.shape[0] - 1] for h, t in zip(hidden, tails)]))
         entries = {}
-        for i, ((key, wants_logprobs), tail) in enumerate(zip(batch, tails)):
+        for i, ((key, top_k), tail) in enumerate(zip(batch, tails)):
             n = tail.shape[0]
             with torch.inference_mode():
-                prompt_lps = self._prompt_logprobs(hidden[i, :n], tail) if wants_logprobs else None
+                prompt_lps, prompt_top = self._prompt_logprobs(hidden[i, :n], tail, top_k) if top_k is not None else (None, None)
             # Copies (by clone or cat): a view would keep the whole padded batch alive as long as
             # the prompt cache holds it.
             own_keys, own_values = keys[:, i, :, :n], values[:, i, :, :n]
@@ -332,16 +332,24 @@ class Scheduler:
                 own_keys, own_values = own_keys.clone(), own_values.clone()
             else:
                 own_keys, own_values = torch.cat((past[0], own_keys), dim=2), torch.cat((past[1], own_values), dim=2)
-            entries[key] = PrefillResult(own_keys, own_values, last_logits[i].clone(), prompt_lps)
+            entries[key] = PrefillResult(own_keys, own_values, last_logits[i].clone(), prompt_lps, prompt_top)
         return entries
 
-    def _prompt_logprobs(self, hidden: torch.Tensor, ids: torch.Tensor) -> list[float]:
-        out = []
+    def _prompt_logprobs(self, hidden: torch.Tensor, ids: torch.Tensor, top_k: int) -> tuple[list[float], tuple | None]:
+        """Each prompt token's logprob given the ones before it, and with `top_k` > 0 the (ids,
+        logprobs) [T - 1, top_k] of the most likely tokens at each of those positions."""
+        out, tops = [], []
         for start in range(0, ids.shape[0] - 1, PROMPT_LOGITS_CHUNK):
             end = min(start + PROMPT_LOGITS_CHUNK, ids.shape[0] - 1)
             logits = self.model.logits(hidden[start:end])
             out.append(token_logprobs(logits, ids[start + 1 : end + 1]))
-        return torch.cat(out).tolist() if out else []
+            if top_k:
+                tops.append(top_logprobs(logits, top_k))
+        if not top_k:
+            return (torch.cat(out).tolist() if out else []), None
+        if not tops:
+            return [], (torch.empty(0, top_k, dtype=torch.long), torch.empty(0, top_k))
+        return torch.cat(out).tolist(), (torch.cat([i for i, _ in tops]), torch.cat([v for _, v in tops]))
 
     def _decode_step(self) -> None:
         running = self.running
@@ -378,9 +386,13 @@ class Scheduler:
                 except Exception as exc:
                     failed.append((seq, exc))
         self.stats.decoded_tokens += len(sampled)
+        rows = {id(seq): i for i, seq in enumerate(seqs)}
         for seq, token, logprob in sampled:
             seq.output_ids.append(token)
             seq.output_logprobs.append(logprob)
+            if seq.top_k_wanted:
+                ids, values = top_logprobs(logits[rows[id(seq)] : rows[id(seq)] + 1], seq.top_k_wanted)
+                seq.output_top_logprobs.append((ids[0].tolist(), values[0].tolist()))
         # Retire only once every row has its token: `cached_length`, which sizes the slot move,
         # counts the position this step wrote only after the append.
         for seq, exc in failed:
@@ -454,7 +466,20 @@ def _sampling_rows(seqs: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor, to
     )
 
 
-def _prefill_batches(prompts: list[tuple[tuple[int, ...], bool]]) -> list[list[tuple[tuple[int, ...], bool]]]:
+def _prompt_logprobs_wanted(group: list[Sequence]) -> int | None:
+    """None: no sequence of this prompt wants its prompt's logprobs; else the largest top-k
+    any of them wants with them (0: the tokens' own logprobs only)."""
+    wanting = [s.top_k_wanted for s in group if s.wants_prompt_logprobs]
+    return max(wanting) if wanting else None
+
+
+def _top_rows(prompt_top: tuple[torch.Tensor, torch.Tensor], k: int) -> list[tuple[list[int], list[float]]]:
+    """The first `k` of each position's top tokens (a cached prefill may hold more)."""
+    ids, values = prompt_top
+    return list(zip(ids[:, :k].tolist(), values[:, :k].tolist()))
+
+
+def _prefill_batches(prompts: list[tuple[tuple[int, ...], int | None]]) -> list[list[tuple[tuple[int, ...], int | None]]]:
     """Groups prompts, sorted by length to limit padding, so each group's padded size stays
     within PREFILL_TOKENS (a longer prompt gets a forward of its own)."""
     batches: list[list] = []
