@@ -67,6 +67,7 @@ def _hf_logprobs(hf_tiny, ids: list[int]) -> list[float]:
         ({"input_ids": [1, 2], "top_logprobs_num": -1}, "top_logprobs_num"),
         ({"input_ids": [1, 2], "top_logprobs_num": 10**7}, "top_logprobs_num"),
         ({"input_ids": [1, 2], "top_logprobs_num": 2.5}, "top_logprobs_num"),
+        ({"input_ids": [[1, 2], [3, 4]], "logprob_start_len": [0]}, "logprob_start_len"),
         ({"input_ids": [1, 2], "colour": 1}, "colour"),
         ({"sampling_params": {}}, "input_ids"),
         ([1, 2, 3], "body"),

@@ -70,13 +70,13 @@ def parse_generate(body: Any, limits: Limits, tokenizer) -> GenerateRequest:
     params = _per_prompt(body.get("sampling_params"), "sampling_params", n, is_batch, dict, {})
     rids = _per_prompt(body.get("rid"), "rid", n, is_batch, str, None)
     return_logprob = _typed(body.get("return_logprob", False), bool, "return_logprob")
-    start = _typed(body.get("logprob_start_len", -1), int, "logprob_start_len")
-    top = _typed(body.get("top_logprobs_num", 0), int, "top_logprobs_num")
-    if not 0 <= top <= limits.vocab_size:
-        raise BadRequest(f"top_logprobs_num={top} must be in [0, {limits.vocab_size}] (the vocabulary)", "top_logprobs_num")
+    starts = _per_prompt(body.get("logprob_start_len"), "logprob_start_len", n, is_batch, int, -1)
+    tops = _per_prompt(body.get("top_logprobs_num"), "top_logprobs_num", n, is_batch, int, 0)
     sequences = []
-    for i, (prompt, raw_params, rid) in enumerate(zip(prompts, params, rids)):
+    for i, (prompt, raw_params, rid, start, top) in enumerate(zip(prompts, params, rids, starts, tops)):
         field = f"sampling_params[{i}]" if is_batch else "sampling_params"
+        if not 0 <= top <= limits.vocab_size:
+            raise BadRequest(f"top_logprobs_num={top} must be in [0, {limits.vocab_size}] (the vocabulary)", "top_logprobs_num")
         sp = parse_sampling_params(raw_params, limits, field)
         if len(prompt) + sp.max_new_tokens > limits.max_context:
             raise BadRequest(

@@ -1,0 +1,123 @@
+"""The Teacher Manager on real embedded engines: three teachers (the tiny model perturbed three
+ways) scored through one or two resident slots, checked against transformers running each
+teacher on its own."""
+
+from __future__ import annotations
+
+import random
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM
+
+from loongsage.inference.client import EngineClient
+from loongsage.inference.embedded.weights import read_safetensors
+from loongsage.teachers import ScoreRequest, Teacher, TeacherManager
+from tests.integration.engine_support import running_engine
+
+NAMES = ("math", "code", "chat")
+
+
+@pytest.fixture(scope="module")
+def teachers(tiny_model_path, tmp_path_factory) -> list[Teacher]:
+    out = []
+    for seed, name in enumerate(NAMES):
+        generator = torch.Generator().manual_seed(seed)
+        folder = tmp_path_factory.mktemp(name) / "model"
+        shutil.copytree(tiny_model_path, folder)
+        weights = {
+            n: (t + 0.3 * torch.randn(t.shape, generator=generator)).contiguous() for n, t in read_safetensors(tiny_model_path)
+        }
+        save_file(weights, str(folder / "model.safetensors"))
+        out.append(Teacher(name, str(folder), sources=(f"{name}_data",)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(teachers):
+    """Each teacher's next-token log-probabilities under transformers, per sequence."""
+    models = {t.name: AutoModelForCausalLM.from_pretrained(t.model_path, dtype=torch.float32).eval() for t in teachers}
+
+    def next_logprobs(teacher: str, prompt: list[int], response: list[int]) -> torch.Tensor:
+        ids = prompt + response
+        with torch.no_grad():
+            logits = models[teacher](torch.tensor([ids])).logits[0, len(prompt) - 1 : -1]
+        return torch.log_softmax(logits.double(), -1)  # [len(response), vocab]
+
+    return next_logprobs
+
+
+def requests(count: int, seed: int = 0) -> list[ScoreRequest]:
+    rng = random.Random(seed)
+    return [
+        ScoreRequest(NAMES[i % 3], [1] + [rng.randrange(2, 4000) for _ in range(5)], [rng.randrange(2, 4000) for _ in range(4)])
+        for i in range(count)
+    ]
+
+
+def slots(servers) -> list[EngineClient]:
+    return [EngineClient(server.base_url, timeout=120) for server in servers]
+
+
+def test_one_slot_scores_every_teacher_with_one_swap_each_and_resident_teachers_first(tiny_model_path, teachers, reference):
+    asked = requests(6)  # interleaved: math, code, chat, math, code, chat
+    with running_engine(tiny_model_path) as server:
+        manager = TeacherManager(teachers, slots([server]))
+        scored = manager.score(asked)
+        assert manager.stats.swaps == 3  # grouped by teacher: one swap each, not one per sample
+        for request, scores in zip(asked, scored):
+            assert scores.teacher == request.teacher
+            expected = reference(request.teacher, request.prompt_ids, request.response_ids)
+            sampled = expected.gather(1, torch.tensor(request.response_ids)[:, None])[:, 0]
+            assert torch.allclose(torch.tensor(scores.logprobs, dtype=torch.float64), sampled, atol=1e-4), request
+        # The teachers really differ: scoring with the wrong one would have shown.
+        as_code = reference("code", asked[0].prompt_ids, asked[0].response_ids)
+        wrong = as_code.gather(1, torch.tensor(asked[0].response_ids)[:, None])[:, 0]
+        assert (torch.tensor(scored[0].logprobs, dtype=torch.float64) - wrong).abs().max() > 0.1
+
+        resident = manager.resident()
+        assert resident == ["chat"]
+        manager.score([asked[0], asked[2]])  # math, chat
+        assert manager.stats.swaps == 4  # chat (resident) went first, then one swap to math
+        assert manager.resident() == ["math"]
+        manager.close()
+
+
+def test_two_slots_load_the_next_teacher_while_one_scores_and_top_k_matches(tiny_model_path, teachers, reference):
+    asked = requests(6, seed=1)
+    with running_engine(tiny_model_path) as first, running_engine(tiny_model_path) as second:
+        manager = TeacherManager(teachers, slots([first, second]), top_k=4)
+        scored = manager.score(asked)
+        assert manager.stats.swaps == 3 and sorted(manager.resident()) == ["chat", "code"]
+        for request, scores in zip(asked, scored):
+            expected = reference(request.teacher, request.prompt_ids, request.response_ids)
+            top = expected.topk(4, dim=-1)
+            got = torch.tensor(scores.top_logprobs, dtype=torch.float64)
+            assert torch.allclose(got, top.values, atol=1e-4)
+            # Each listed id carries its own logprob (near ties may list in either order).
+            assert torch.allclose(got, expected.gather(1, torch.tensor(scores.top_ids)), atol=1e-4)
+        manager.close()
+
+
+def test_a_slot_swapped_behind_the_managers_back_fails_the_score(tiny_model_path, teachers):
+    with running_engine(tiny_model_path) as server:
+        client = EngineClient(server.base_url, timeout=120)
+        manager = TeacherManager(teachers, [client])
+        manager.score(requests(1))
+        client.update_weights_from_disk(teachers[1].model_path, weight_version="intruder")
+        with pytest.raises(RuntimeError, match="teacher 'math' was scored by weights 'intruder', not 'math'"):
+            manager.score(requests(1))
+        manager.close()
+
+
+def test_bad_teacher_setups_and_requests_are_named(tiny_model_path, teachers):
+    with pytest.raises(ValueError, match="teachers named twice: math"):
+        TeacherManager([teachers[0], teachers[0]], [EngineClient("http://127.0.0.1:1")])
+    with pytest.raises(ValueError, match=r"at least one engine slot \(teachers.max_resident >= 1\)"):
+        TeacherManager(teachers, [])
+    manager = TeacherManager(teachers, [EngineClient("http://127.0.0.1:1")])
+    with pytest.raises(ValueError, match="no teacher named 'physics'; teachers: chat, code, math"):
+        manager.score([ScoreRequest("physics", [1, 2], [3])])
+    manager.close()
