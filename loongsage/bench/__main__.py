@@ -15,6 +15,7 @@ BENCHMARKS = {
     "agentflow": "router overhead per turn vs the engine's /generate (--engines N: N engines vs 1, affinity vs none)",
     "async": "sync vs fully_async on an agentic workload (--simulate: a GPU-cluster model)",
     "transfer": "weight transfer (--simulate: seed route, flat broadcast and our plan vs the link bound, 8-128 hosts)",
+    "teachers": "teacher manager: N teachers through one resident slot vs all resident (peak memory, throughput)",
 }
 # `async` is a keyword, so its module has another name.
 MODULES = {"async": "asynchrony"}
