@@ -1,7 +1,9 @@
-"""TransferMesh on a sender: run the routes a plan gives this source in one update round
-(`update_round`), each group of routes (one transport, one share) on a thread of its own (a
-push to the engines on this machine over shm goes at the same time as the broadcast to other
-machines), and report what each route moved and which engines hold the new version.
+"""TransferMesh's push: one update round (`run_update_round`, around `update_round`) in which
+every source of the plan runs its routes (`send_routes`), each group of routes (one transport,
+one share) on a thread of its own (a push to the engines on this machine over shm goes at the
+same time as the broadcast to other machines); it reports what each route moved and which
+engines hold the new version. The sources are trainer ranks, each in its own process (TrainGroup
+coordinates the round), or this process alone (`execute_plan`, `push_weights`).
 
 Engines are named by URL in the plan; a push to some of them (a resync of engines that came
 back) runs only their routes, straight from the source (`without_relays`), since a relay
@@ -56,12 +58,11 @@ def execute_plan(
     pipelined: bool = True,
 ) -> dict:
     """One update round whose one source is this process (see `run_update_round`)."""
-    named = list(named_tensors)
     return run_update_round(
         plan,
         engine_urls,
         version,
-        lambda skip: [send_routes(plan, source, named, engine_urls, sender_host, bucket_mb, pipelined, skip)],
+        lambda skip: [send_routes(plan, source, named_tensors, engine_urls, sender_host, bucket_mb, pipelined, skip)],
     )
 
 
