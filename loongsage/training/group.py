@@ -113,8 +113,10 @@ class TrainGroup:
         return run_update_round(plan, urls, version, send)
 
     def _local_plan(self, engine_urls: list[str]) -> Plan:
-        """This machine's plan, with the sources that run on it (rank 0's host)."""
-        host = self.weight_sources[0]
+        """This machine's plan, with the sources that run on it (the first source's host)."""
+        if not self.weight_sources:
+            raise TrainerError("no trainer rank holds the full weights to push: weight_source() answered None on every rank")
+        host = self.weight_sources[min(self.weight_sources)]
         ranks = [rank for rank, where in self.weight_sources.items() if where == host]
         return local_plan(engine_urls, self.trainer.weight_sync, host, ranks)
 

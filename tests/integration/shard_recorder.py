@@ -22,6 +22,9 @@ class ShardRecorder:
     def data_rank(self):
         return self.answer
 
+    def weight_source(self):
+        return None  # holds no weights to push
+
     def train_step(self, samples, policy_version=None):
         self.seen = [s.group_id for s in samples]
         return {"train/loss": 1.5, "train/samples": float(len(samples))}
