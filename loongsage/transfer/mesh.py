@@ -72,9 +72,7 @@ def run_update_round(plan: Plan, engine_urls: list[str], version: int, send: Cal
     every engine that got all its routes is committed to `version`, and the sessions close.
     Returns {"metrics": {...}, "updated": [engines holding `version`], "failed": {engine URL: why}}.
     A push to some of the engines (a resync) goes straight to them: a relay forwards to everything it feeds."""
-    check_covered(plan, engine_urls)
-    if set(engine_urls) != {e.url for e in plan.by_role("engine")}:
-        plan = without_relays(plan)
+    plan = _plan_for(plan, engine_urls)
     started = time.perf_counter()
     update = UpdateRound(engine_urls, [e.url for e in _relays_upstream_first(plan)])
     try:
@@ -110,16 +108,15 @@ def send_routes(
     each group (one transport, one share) on a thread of its own. Every source of the round
     streams every tensor (for a trainer rank that is a collective gather), but keeps only the
     buckets of its own shares."""
-    if set(engine_urls) != {e.url for e in plan.by_role("engine")}:
-        plan = without_relays(plan)
-    groups = _route_groups(plan, source, engine_urls)
+    plan = _plan_for(plan, engine_urls)
+    groups = {key: [url for url in urls if url not in skip] for key, urls in _route_groups(plan, source, engine_urls).items()}
     kept, buckets = share_buckets(named_tensors, plan_bucket_bytes(plan, bucket_mb), [key[1:] for key in groups])
     with ThreadPoolExecutor(max_workers=max(len(groups), 1), thread_name_prefix="mesh-route") as pool:
         pushes = {
             key: pool.submit(
                 push_with_retry,
                 _share_maker(kept, key[1], key[2]),
-                [url for url in urls if url not in skip],
+                urls,
                 key[0],
                 sender_host,
                 pipelined,
@@ -159,6 +156,13 @@ def _route_groups(plan: Plan, source: str, engine_urls: list[str]) -> dict[tuple
             raise ValueError(f"{receiver.role} {receiver.name} has no URL: relays must be started before a push")
         groups[(route.transport, route.shard, route.shards)].append(receiver.url)
     return dict(groups)
+
+
+def _plan_for(plan: Plan, engine_urls: list[str]) -> Plan:
+    """The plan a push to `engine_urls` follows: the whole plan, or for some of its engines (a
+    resync) their routes straight from the sources, since a relay forwards to everything it feeds."""
+    check_covered(plan, engine_urls)
+    return plan if set(engine_urls) == {e.url for e in plan.by_role("engine")} else without_relays(plan)
 
 
 def check_covered(plan: Plan, engine_urls: list[str]) -> None:
