@@ -69,6 +69,7 @@ def _hf_logprobs(hf_tiny, ids: list[int]) -> list[float]:
         ({"input_ids": [1, 2], "top_logprobs_num": 2.5}, "top_logprobs_num"),
         ({"input_ids": [[1, 2], [3, 4]], "logprob_start_len": [0]}, "logprob_start_len"),
         ({"input_ids": [1, 2], "colour": 1}, "colour"),
+        ({"input_ids": [1, 2], "token_ids_logprob": [5]}, "token_ids_logprob"),  # SGLang's; not implemented here
         ({"sampling_params": {}}, "input_ids"),
         ([1, 2, 3], "body"),
     ],
@@ -164,6 +165,19 @@ def test_top_logprobs_of_generated_tokens(client, hf_tiny):
     _assert_top_k(rows, _hf_next_logprobs(hf_tiny, PROMPT + generated)[len(PROMPT) - 1 :], 3)
     assert [row[0][1] for row in rows] == generated  # greedy: the top token is the one chosen
     assert "input_top_logprobs" not in out["meta_info"]  # no prompt logprobs asked for (logprob_start_len -1)
+
+
+def test_return_text_in_logprobs_gives_each_tokens_text(client, tiny_model_path):
+    from loongsage.models import load_tokenizer
+
+    tokenizer = load_tokenizer(tiny_model_path)
+    plain = client.generate(input_ids=PROMPT, sampling_params=_greedy(4), return_logprob=True)
+    texts = client.generate(input_ids=PROMPT, sampling_params=_greedy(4), return_logprob=True, return_text_in_logprobs=True)
+    assert texts["output_ids"] == plain["output_ids"]
+    assert [text for _, _, text in plain["meta_info"]["output_token_logprobs"]] == [None] * 4  # SGLang's default
+    assert [text for _, _, text in texts["meta_info"]["output_token_logprobs"]] == [
+        tokenizer.decode([token]) for token in texts["output_ids"]
+    ]
 
 
 def test_batch_text_and_stop_token(client):
@@ -266,6 +280,50 @@ def test_abort_returns_partial_output(client):
     assert 0 < len(out["output_ids"]) < 240
 
 
+def test_abort_all_ends_every_request_in_flight_running_or_queued(server, client):
+    async def scenario():
+        running = asyncio.create_task(client.agenerate(input_ids=PROMPT, sampling_params=_greedy(240), rid="running"))
+        await asyncio.to_thread(_pause_while_running, client)  # held mid-generation
+        try:
+            queued = asyncio.create_task(client.agenerate(input_ids=PROMPT[:5], sampling_params=_greedy(240), rid="queued"))
+            await asyncio.to_thread(wait_until_queued, server, 1)  # sent while paused: waits, not started
+            answer = await asyncio.to_thread(client.abort_request, abort_all=True)  # rid "": every request
+        finally:
+            await asyncio.to_thread(client.continue_generation)
+        return answer, await running, await queued
+
+    answer, running, queued = asyncio.run(scenario())
+    assert answer == {"success": True, "aborted": 2}
+    for out in (running, queued):
+        assert out["meta_info"]["finish_reason"]["type"] == "abort", out["meta_info"]
+    assert 0 < len(running["output_ids"]) < 240 and queued["output_ids"] == []
+    # It ends what is in flight, nothing sent later.
+    assert len(client.generate(input_ids=PROMPT, sampling_params=_greedy(3))["output_ids"]) == 3
+
+
+@pytest.mark.parametrize("body", [{}, {"rid": ""}, {"rid": None, "abort_all": False}])
+def test_abort_request_without_rid_or_abort_all_is_400(server, client, body):
+    """SGLang 0.5.23 answers 200 and does nothing here (docs/sglang_protocol.md, difference 18)."""
+    response = httpx.post(f"{server.base_url}/abort_request", json=body)
+    assert response.status_code == 400 and response.json()["error"]["field"] == "rid"
+    with pytest.raises(EngineError) as refused:
+        client.abort_request()  # what our client sends then: {"rid": "", "abort_all": false}
+    assert refused.value.status == 400
+
+
+def test_flush_pause_and_continue_answer_json_success(server, client):
+    client.generate(input_ids=PROMPT, sampling_params=_greedy(2))
+    assert client.get_server_info()["prompt_cache_entries"] > 0
+    assert client.flush_cache() == {"success": True, "message": "Cache flushed."}  # SGLang: text/plain
+    assert client.get_server_info()["prompt_cache_entries"] == 0
+    assert client.pause_generation("in_place") == {"success": True}
+    assert client.get_server_info()["paused"] is True
+    # SGLang's continue body ({"torch_empty_cache": true}, its default) is accepted and ignored.
+    response = httpx.post(f"{server.base_url}/continue_generation", json={"torch_empty_cache": True})
+    assert response.status_code == 200 and response.json() == {"success": True}
+    assert client.get_server_info()["paused"] is False
+
+
 @pytest.mark.parametrize("mode", ["in_place", "retract"])  # retract: in_place here (no KV to give back)
 def test_pause_holds_the_batch_until_continue(client, mode):
     async def scenario():
@@ -348,6 +406,17 @@ def test_update_weights_from_tensor_changes_outputs_and_version(client, hf_tiny,
     restored = client.generate(input_ids=PROMPT, sampling_params=_greedy(8))
     assert restored["output_ids"] == original["output_ids"]
     assert restored["meta_info"]["weight_version"] == "8"
+
+
+def test_update_weights_from_disk_takes_load_format_as_a_string_and_ignores_it(server, client, tiny_model_path):
+    """SGLang reads load_format (null: the server's own); the embedded engine reads safetensors
+    whatever it says, and refuses a value that is not a string, as SGLang's schema would (422)."""
+    answer = client.update_weights_from_disk(tiny_model_path, weight_version="formatted", load_format="safetensors")
+    assert answer == {"success": True, "message": f"loaded {tiny_model_path}", "weight_version": "formatted"}
+    body = {"model_path": tiny_model_path, "load_format": 1, "weight_version": "never"}
+    response = httpx.post(f"{server.base_url}/update_weights_from_disk", json=body)
+    assert response.status_code == 400 and response.json()["error"]["field"] == "load_format"
+    assert client.get_weight_version() == "formatted"
 
 
 def test_health_endpoints(client):

@@ -77,11 +77,16 @@ def test_exit_before_serving_names_engine_command_exit_code_and_output(tmp_path,
     assert "boom" in message and "sys.exit(3)" in message and "engine-7.log" in message
 
 
-def test_no_answer_in_time_names_the_timeout_and_leaves_nothing_behind(tmp_path, port):
-    process = _process([sys.executable, "-c", "import time; time.sleep(600)"], tmp_path)
+def test_no_answer_in_time_names_the_timeout_and_the_log_tail_and_leaves_nothing_behind(tmp_path, port):
+    # Its words are joined as it runs: they reach the message only through the log's tail, not
+    # through the command line the message also quotes.
+    script = "import time; print('still' + ' loading weights', flush=True); time.sleep(600)"
+    process = _process([sys.executable, "-c", script], tmp_path)
     with pytest.raises(ServerStartError, match=r"sglang engine 7 did not answer .*/health_generate within 1.5 s") as error:
         process.start(f"http://127.0.0.1:{port}", timeout_s=1.5)
-    assert "rollout.sglang.startup_timeout_s" in str(error.value)
+    message = str(error.value)
+    assert "rollout.sglang.startup_timeout_s" in message
+    assert "still loading weights" in message and "engine-7.log" in message
     assert not running(process.pid)
 
 
