@@ -38,6 +38,17 @@ class ActorPlacement:
         """Each engine's devices (all of an engine spanning several); None when not partitioned."""
         return [list(seat.gpus) for seat in self.seats("rollout")] if self.roles else None
 
+    @property
+    def engine_followers(self) -> list[list[dict]] | None:
+        """Per engine, its further nodes when it spans several: each one's devices and Ray options
+        (the SGLang actor's `followers`); None when not partitioned."""
+        if not self.roles:
+            return None
+        return [
+            [{"gpus": list(seat.gpus), "ray_options": seat.actor_options()} for seat in self.roles.follower_seats(index)]
+            for index in range(len(self.seats("rollout")))
+        ]
+
     def seats(self, role: str) -> list[Seat]:
         """The placed seats of `role` (trainer, rollout, teacher); none when not partitioned."""
         return self.roles.seats(role) if self.roles else []
@@ -57,6 +68,9 @@ class ActorPlacement:
                 lines.append(
                     f"  {role}[{seat.index}]: {seat.node} GPU {','.join(map(str, seat.gpus))} share {seat.share:g}{note}"
                 )
+                for rank, follower in enumerate(self.roles.follower_seats(seat.index) if role == "rollout" else (), start=1):
+                    gpus = ",".join(map(str, follower.gpus))
+                    lines.append(f"  {role}[{seat.index}] node rank {rank}: {follower.node} GPU {gpus}")
         return "\n".join(lines)
 
 

@@ -36,7 +36,7 @@ FIRST_PORT = 10000
 JOB_SLOTS = (65000 - FIRST_PORT) // PORTS_PER_JOB
 FIRST_WORKER_PORT = 10  # of the block
 FIRST_ENGINE_PORT = 150  # of the block; Ray's workers have the 140 ports before it
-PORTS_PER_ENGINE = 2  # HTTP, NCCL
+PORTS_PER_ENGINE = 3  # HTTP, NCCL, and node rank 0's rendezvous (--dist-init-addr) when it spans nodes
 ENGINES_PER_JOB = (PORTS_PER_JOB - FIRST_ENGINE_PORT) // PORTS_PER_ENGINE
 NODE_PORTS = 6  # a non-head Ray node's own named ports: node manager ... runtime env agent
 # The address Ray replaces by the machine's interface address; any other loopback address it keeps.
@@ -204,9 +204,9 @@ def ray_ports(job_id: str, slot: int = 0, slots: int = 1) -> RayPorts:
     )
 
 
-def engine_ports(job_id: str, index: int) -> tuple[int, int]:
-    """(HTTP port, NCCL port) of engine `index` in this job's block: the same on every start,
-    so a restarted server answers where its clients already send."""
+def engine_ports(job_id: str, index: int) -> tuple[int, int, int]:
+    """(HTTP port, NCCL port, rendezvous port) of engine `index` in this job's block: the same on
+    every start, so a restarted server answers where its clients already send."""
     if not 0 <= index < ENGINES_PER_JOB:
         raise ValueError(
             f"engine index {index}: job {job_id}'s port block holds {ENGINES_PER_JOB} engines' ports "
@@ -215,7 +215,7 @@ def engine_ports(job_id: str, index: int) -> tuple[int, int]:
             f"larger block (PORTS_PER_JOB in loongsage/cluster/bootstrap.py)"
         )
     http = job_port_base(job_id) + FIRST_ENGINE_PORT + PORTS_PER_ENGINE * index
-    return http, http + 1
+    return http, http + 1, http + 2
 
 
 def busy_ports(ports: RayPorts, host: str = "127.0.0.1") -> list[int]:

@@ -9,7 +9,9 @@ to the planned devices in (device id) order, as the plan itself is ordered.
 
 An engine spanning several devices sits in the bundle of its first device; the bundles of
 its other devices are reserved for it (nothing else is scheduled there) and `Seat.gpus`
-names them. Colocated trainer and rollout share a bundle, each asking for half of it.
+names them. An engine spanning nodes has one seat per node: its rollout seat (node rank 0) and a
+follower seat on each further node (`follower_seats`). Colocated trainer and rollout share a
+bundle, each asking for half of it.
 """
 
 from __future__ import annotations
@@ -52,10 +54,14 @@ class RolePlacement:
     plan: RolePlan
     groups: dict[str, object] = field(default_factory=dict)  # node -> its placement group
     seats_by_role: dict[str, list[Seat]] = field(default_factory=dict)
+    followers: list[list[Seat]] = field(default_factory=list)  # per rollout engine, its seats on node ranks 1..
 
     def seats(self, role: str) -> list[Seat]:
         self.plan.slots(role)  # an unknown role fails by name
         return self.seats_by_role.get(role, [])
+
+    def follower_seats(self, engine: int) -> list[Seat]:
+        return self.followers[engine] if self.followers else []
 
     def remove(self) -> None:
         from ray.util import remove_placement_group
@@ -100,7 +106,14 @@ def place(plan: RolePlan, timeout_s: float = 120.0) -> RolePlacement:
     except BaseException:
         placement.remove()
         raise
-    placement.seats_by_role = {role: _seats(plan, role, placement.groups, bundle_of) for role in ROLES}
+    placement.seats_by_role = {
+        role: [_seat(plan, role, index, slot, placement.groups, bundle_of) for index, slot in enumerate(plan.slots(role))]
+        for role in ROLES
+    }
+    placement.followers = [
+        [_seat(plan, "rollout", index, slot, placement.groups, bundle_of) for slot in plan.followers(index)]
+        for index in range(len(plan.rollout))
+    ]
     return placement
 
 
@@ -137,23 +150,17 @@ def _match_bundles(
     return bundle_of
 
 
-def _seats(plan: RolePlan, role: str, groups: dict[str, object], bundle_of: dict[tuple[str, int], tuple[int, int]]) -> list[Seat]:
-    seats = []
-    for index, slot in enumerate(plan.slots(role)):
-        bundles = [bundle_of[(slot.node, gpu)] for gpu in slot.gpus]
-        sharing = len(plan.roles_on(slot.node, slot.gpus[0]))
-        seats.append(
-            Seat(
-                role=role,
-                index=index,
-                node=slot.node,
-                gpus=tuple(gpu for _, gpu in bundles),
-                placement_group=groups[slot.node],
-                bundle_indices=tuple(bundle for bundle, _ in bundles),
-                share=1.0 / sharing,
-            )
-        )
-    return seats
+def _seat(plan: RolePlan, role: str, index: int, slot, groups: dict[str, object], bundle_of: dict) -> Seat:
+    bundles = [bundle_of[(slot.node, gpu)] for gpu in slot.gpus]
+    return Seat(
+        role=role,
+        index=index,
+        node=slot.node,
+        gpus=tuple(gpu for _, gpu in bundles),
+        placement_group=groups[slot.node],
+        bundle_indices=tuple(bundle for bundle, _ in bundles),
+        share=1.0 / len(plan.roles_on(slot.node, slot.gpus[0])),
+    )
 
 
 def _strategy(group, index: int):

@@ -260,7 +260,8 @@ class RoleConfig:
 
 @dataclass
 class RolloutRoleConfig(RoleConfig):
-    # Tensor-parallel size of one engine: tp consecutive devices on one node (an engine never spans nodes).
+    # Tensor-parallel size of one engine: tp consecutive devices on one node, or, when tp is more than
+    # a node holds, whole nodes (rollout.engine=sglang: one server process per node, --nnodes).
     tp: int = 1
 
 

@@ -63,6 +63,7 @@ class Controller:
                 self.placement.engine_options,
                 EngineSeats(
                     gpus=self.placement.engine_gpus,
+                    followers=self.placement.engine_followers,
                     tp=cfg.roles.rollout.tp,
                     colocated=self.placement.placement == "colocate",
                     log_dir=str(run_dir / "engines"),

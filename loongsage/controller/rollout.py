@@ -37,9 +37,11 @@ MAX_RESUMES = 64  # weight updates one response may live through; the staleness 
 @dataclass(frozen=True)
 class EngineSeats:
     """Where the engines sit, as the SGLang actor's launch flags need it: each engine's devices
-    (None: not partitioned), devices per engine, shared with the trainer or not, its log dir."""
+    (None: not partitioned; node rank 0's for an engine spanning nodes), its further nodes,
+    devices per engine, shared with the trainer or not, its log dir."""
 
     gpus: list[list[int]] | None = None
+    followers: list[list[dict]] | None = None  # ActorPlacement.engine_followers
     tp: int = 1
     colocated: bool = False
     log_dir: str | None = None
@@ -63,6 +65,11 @@ class RolloutGroup:
         check_one_per_actor(cpus, cfg.num_engines, "RolloutGroup cpus", "rollout.num_engines")
         check_one_per_actor(ray_options, cfg.num_engines, "RolloutGroup ray_options", "rollout.num_engines")
         check_one_per_actor(seats.gpus, cfg.num_engines, "RolloutGroup seats.gpus", "rollout.num_engines")
+        if any(seats.followers or []) and cfg.engine != "sglang":
+            raise ValueError(
+                f"roles.rollout.tp={seats.tp} spans nodes, which only rollout.engine=sglang runs (one server per node); "
+                f"rollout.engine={cfg.engine!r} runs on one node: lower roles.rollout.tp to a node's GPUs"
+            )
 
         self.cfg = cfg
         self.model_path = model_path
@@ -305,6 +312,7 @@ def _engine_cfg(cfg: RolloutConfig, index: int, cpus: list[int] | None, seats: E
             "index": index,
             "tp": seats.tp,
             "gpus": gpus,
+            "followers": seats.followers[index] if seats.followers else [],
             "colocated": seats.colocated,
             "log_dir": seats.log_dir,
         }

@@ -131,6 +131,8 @@ def test_a_group_survives_refused_requests_and_then_updates(engine, client):
         ({**good, "names": []}, "names", "at least one"),
         ({**good, "weight_version": 1.5}, "weight_version", "string"),
         ({**good, "weight_version": 8}, "weight_version", "string"),  # SGLang: a 422
+        # one uint8 broadcast in SGLang; received per tensor it would hang the group
+        ({**good, "load_format": "flattened_bucket"}, "load_format", "flattened_bucket"),
     ]
     for body, field, word in refusals:
         assert_bad(post(engine, "/update_weights_from_distributed", body), field, word)

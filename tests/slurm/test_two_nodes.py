@@ -9,11 +9,14 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import sys
 from urllib.parse import urlparse
 
 import pytest
 
+from loongsage.cluster.bootstrap import FIRST_ENGINE_PORT, FIRST_PORT, PORTS_PER_JOB
 from tests.integration.test_launch import scalars
+from tests.paths import REPO_ROOT
 from tests.slurm.test_launch import _assert_trained, _launch_on_slurm
 from tests.slurm.test_requeue import _assert_resumed_once, requeue_under_submitit
 
@@ -64,6 +67,41 @@ def test_trainer_on_node1_engines_on_node2_weights_cross_nodes(two_nodes, tmp_pa
     _assert_on_their_nodes(logs, run_dir, trainer_ranks=2, engines=2, attempts=1)
     _assert_weights_crossed(run_dir, steps=2)
     _assert_relayed_on_node2(run_dir, engines=2)
+
+
+def test_an_sglang_engine_spanning_both_nodes(two_nodes, tmp_path):
+    """roles.rollout.tp=2 with one GPU a node: the engine spans node1 and node2 (SGLang's
+    --nnodes 2), node rank 0 on node1 serving, node rank 1 on node2 joining it at the
+    --dist-init-addr from the job's port block; colocated with a trainer rank on each node."""
+    server = REPO_ROOT / "tests" / "slurm" / "serve_embedded_showing_devices.py"
+    layout = [
+        "cluster.nodes=2",
+        "cluster.gpus_per_node=1",
+        "run.placement=colocate",
+        "rollout.engine=sglang",
+        f"rollout.sglang.command=[{sys.executable},{server}]",
+        "roles.trainer.gpus=2",
+        "roles.rollout.gpus=2",
+        "roles.rollout.tp=2",
+        "trainer.world_size=2",
+        "trainer.micro_batch_size=2",
+    ]
+    result = _launch_on_slurm(tmp_path, *layout, MOVING)
+    assert result.returncode == 0, result.stderr[-4000:]
+    run_dir = tmp_path / "run"
+    _assert_trained(run_dir)
+    logs = "".join(p.read_text() for p in sorted((tmp_path / "sweep").rglob("*_log.*")))
+    assert re.search(rf"rollout\[0\]: {NODES['node1']} GPU \d", logs), logs[-4000:]
+    assert re.search(rf"rollout\[0\] node rank 1: {NODES['node2']} GPU \d", logs), logs[-4000:]
+    head, node1 = (run_dir / "engines" / "engine-0.log").read_text(), (run_dir / "engines" / "engine-0-node1.log").read_text()
+    addr = re.search(r"--dist-init-addr (\S+)", head).group(1)
+    assert addr.startswith(f"{NODES['node1']}:") and "--nnodes 2 --node-rank 0" in head, head[-3000:]
+    assert (int(addr.rsplit(":", 1)[1]) - FIRST_PORT) % PORTS_PER_JOB >= FIRST_ENGINE_PORT, addr  # the job's block
+    assert "--node-rank 1" in node1 and "node rank 1 of 2 joined node rank 0" in node1, node1[-3000:]
+    # each node rank saw one device of its own node
+    assert re.findall(r"^CUDA_VISIBLE_DEVICES=(\S+)$", head, re.MULTILINE)[:1] == ["0"], head[-2000:]
+    assert len(re.findall(r"^CUDA_VISIBLE_DEVICES=(\S+)$", node1, re.MULTILINE)[0].split(",")) == 1, node1[-2000:]
+    _assert_weights_crossed(run_dir, steps=2)
 
 
 def _assert_relayed_on_node2(run_dir, engines: int) -> None:

@@ -14,8 +14,9 @@ Started as a process it takes SGLang's `launch_server` flags, so that one engine
 `--model-path` (required), `--host`, `--port`, `--dtype` (auto = float32), `--context-length`,
 `--max-running-requests`, `--random-seed`, `--weight-version`. GPU-only flags
 (`--mem-fraction-static`, `--enable-memory-saver`, `--base-gpu-id`, `--nccl-port`, ...) are
-accepted and reported back by /server_info (and /get_server_info); `--tp-size`, `--nnodes` and `--node-rank` take
-only 1, 1 and 0; an unknown flag exits 2. Threads follow OMP_NUM_THREADS. SIGTERM or SIGINT
+accepted and reported back by /server_info (and /get_server_info); `--tp-size` takes 1, or across
+`--nnodes` a multiple of them, with `--node-rank` and `--dist-init-addr` (node_ranks.py: node rank 0
+computes, the others join its rendezvous); an unknown flag exits 2. Threads follow OMP_NUM_THREADS. SIGTERM or SIGINT
 stops it with exit 0; a model that does not load exits 1 with one line on stderr.
 
 Behaviour callers rely on:

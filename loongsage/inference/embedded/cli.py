@@ -11,6 +11,7 @@ import signal
 import sys
 
 from loongsage.inference.embedded.engine import DTYPES, EngineConfig
+from loongsage.inference.embedded.node_ranks import follow, host_rendezvous, parse_addr
 
 log = logging.getLogger("loongsage.inference.embedded")
 
@@ -47,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model-path", required=True, help="HF directory (config.json, *.safetensors)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=30000)
-    parser.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1, help="only 1: the embedded engine has one rank")
+    parser.add_argument(
+        "--tp-size", "--tp", dest="tp_size", type=int, default=1, help="1 on one node; a multiple of --nnodes across nodes"
+    )
     parser.add_argument("--dtype", default="auto", choices=["auto", *sorted(DTYPES)], help="auto = float32")
     parser.add_argument("--context-length", type=int, default=None, help="prompt + generated tokens per request")
     parser.add_argument("--max-running-requests", type=int, default=None, help="largest decode batch")
@@ -57,9 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--enable-memory-saver", action="store_true", help="accepted; memory release always works on CPU")
     parser.add_argument("--base-gpu-id", type=int, default=0, help="accepted; no meaning on CPU")
     parser.add_argument("--nccl-port", type=int, default=None, help="accepted; no meaning with one rank")
-    parser.add_argument("--dist-init-addr", default=None, help="accepted; no meaning with one node")
-    parser.add_argument("--nnodes", type=int, default=1, help="only 1")
-    parser.add_argument("--node-rank", type=int, default=0, help="only 0")
+    parser.add_argument("--dist-init-addr", default=None, help="host:port where node ranks meet node rank 0 (--nnodes > 1)")
+    parser.add_argument("--nnodes", type=int, default=1, help="server processes of the engine, one per node")
+    parser.add_argument("--node-rank", type=int, default=0, help="0 serves HTTP; the others join it (node_ranks.py)")
     parser.add_argument("--skip-server-warmup", action="store_true", help="accepted; there is no warmup to skip")
     parser.add_argument("--log-level", default="info", type=str.lower, choices=LOG_LEVELS)
     parser.add_argument("--trust-remote-code", action="store_true", help="accepted; only Llama-family models load")
@@ -71,12 +74,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Exits with status 2 and a message naming the flag for anything the engine cannot honour."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.tp_size != 1:
+    if args.nnodes < 1:
+        parser.error(f"--nnodes={args.nnodes}: must be at least 1")
+    if args.nnodes == 1 and args.tp_size != 1:
         parser.error(f"--tp-size={args.tp_size}: the embedded engine has one tensor-parallel rank; only 1 is accepted")
-    if args.nnodes != 1:
-        parser.error(f"--nnodes={args.nnodes}: the embedded engine runs on one node; only 1 is accepted")
-    if args.node_rank != 0:
-        parser.error(f"--node-rank={args.node_rank}: the embedded engine runs on one node; only 0 is accepted")
+    if args.nnodes > 1 and (args.tp_size < args.nnodes or args.tp_size % args.nnodes):
+        parser.error(f"--tp-size={args.tp_size}: across --nnodes={args.nnodes} it must be a multiple of the node count")
+    if not 0 <= args.node_rank < args.nnodes:
+        parser.error(f"--node-rank={args.node_rank}: must be in 0..{args.nnodes - 1} (--nnodes={args.nnodes})")
+    if args.nnodes > 1:
+        if not args.dist_init_addr:
+            parser.error(f"--nnodes={args.nnodes} needs --dist-init-addr (host:port of node rank 0)")
+        try:
+            parse_addr(args.dist_init_addr)
+        except ValueError as exc:
+            parser.error(str(exc))
     for flag in ("context_length", "max_running_requests"):
         value = getattr(args, flag)
         if value is not None and value < 1:
@@ -127,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     # until `sigwait` below takes them: a stop asked for during the model load ends the process
     # cleanly once loading returns, and no handler ever runs inside torch or uvicorn.
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    if args.node_rank > 0:  # a further node of an engine spanning nodes: no model, no HTTP
+        return follow(args.dist_init_addr, args.nnodes, args.node_rank, STOP_SIGNALS)
 
     # Imported here: `--help` and flag errors answer without loading torch's model stack.
     from loongsage.inference.embedded.engine import Engine
@@ -137,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         log.error("cannot load model from %s: %s: %s", args.model_path, type(exc).__name__, _one_line(exc))
         return 1
+    # Held for the server's life: the other node ranks watch it to know node rank 0 lives.
+    rendezvous = host_rendezvous(args.dist_init_addr, args.nnodes) if args.nnodes > 1 else None  # noqa: F841
     try:
         server = EmbeddedServer(engine, host=args.host, port=args.port)
         url = server.start()

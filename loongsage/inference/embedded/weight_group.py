@@ -88,6 +88,11 @@ class WeightGroups:
     def update(self, body, weight_version: str | None) -> dict:
         names, dtypes, shapes = _tensor_specs(body)
         name = _text(body, "group_name")
+        if body.get("load_format") is not None:
+            # SGLang's "flattened_bucket" is one uint8 broadcast; receiving per tensor would wait
+            # for broadcasts that never come, until the group times out.
+            format_ = body["load_format"]
+            raise BadRequest(f"load_format={format_!r}: only per-tensor broadcasts (null) are received", "load_format")
         member = self._member(name)
         # Refusals the update itself would give, given before receiving (see the module's docstring).
         self._engine.memory.check_writable()

@@ -4,7 +4,8 @@ the LaunchSpec it makes of it.
 
 `engine_cfg` holds the settings every engine takes (max_running, max_context, num_threads,
 dtype, weight_version, seed) and a nested "sglang" dict: rollout.sglang's fields (SglangConfig)
-and the engine's seat: index, tp, gpus, colocated, log_dir, nnodes, node_rank, dist_init_addr.
+and the engine's seat: index, tp, gpus, colocated, log_dir, and for an engine spanning nodes its
+followers (one per further node: that node's devices and the Ray options that seat its actor).
 """
 
 from __future__ import annotations
@@ -33,9 +34,13 @@ class SglangSettings:
     gpus: tuple[int | str, ...] | None = None  # Seat.gpus; None: the devices Ray made visible to the actor
     colocated: bool = False  # trainer and rollout share devices: --enable-memory-saver
     log_dir: str | None = None  # None: a temporary directory
-    nnodes: int = 1
-    node_rank: int = 0
-    dist_init_addr: str | None = None
+    # One per further node of an engine spanning nodes (node ranks 1..): {"gpus": [...] | None,
+    # "ray_options": {...}}; the actor starts one SglangNodeActor on each.
+    followers: tuple[dict, ...] = ()
+
+    @property
+    def nnodes(self) -> int:
+        return 1 + len(self.followers)
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,7 @@ class EngineSettings:
                 sglang[key] = _strings(sglang[key], f"rollout.sglang.{key}")
         if sglang.get("gpus") is not None:
             sglang["gpus"] = tuple(sglang["gpus"])
+        sglang["followers"] = tuple(_follower(f, i + 1) for i, f in enumerate(sglang.get("followers") or ()))
         _check_types(cfg, "engine_cfg")
         _check_types(sglang, "engine_cfg['sglang']")
         settings = cls(**cfg, sglang=SglangSettings(**sglang))
@@ -66,7 +72,7 @@ class EngineSettings:
         return settings
 
 
-_INTS = {"max_running", "max_context", "num_threads", "seed", "max_restarts", "index", "tp", "nnodes", "node_rank"}
+_INTS = {"max_running", "max_context", "num_threads", "seed", "max_restarts", "index", "tp"}
 _NUMBERS = {"mem_fraction_static", "startup_timeout_s"}
 _BOOLS = {"colocated"}
 
@@ -92,6 +98,14 @@ def _refuse_unknown(cfg: dict, cls, where: str) -> None:
         raise ValueError(f"unknown {where} key {unknown[0]!r} for rollout.engine=sglang (known: {sorted(known)})")
 
 
+def _follower(follower, node_rank: int) -> dict:
+    where = f"engine_cfg['sglang']['followers'][{node_rank - 1}]"
+    if not isinstance(follower, Mapping) or set(follower) - {"gpus", "ray_options"}:
+        raise ValueError(f"{where}={follower!r}: a dict of gpus (a list, or None) and ray_options")
+    gpus = follower.get("gpus")
+    return {"gpus": tuple(gpus) if gpus is not None else None, "ray_options": dict(follower.get("ray_options") or {})}
+
+
 def _strings(value, name: str) -> tuple[str, ...]:
     # A bare string would be split into characters by tuple(); a list it was meant to be.
     if isinstance(value, str) or not isinstance(value, Sequence):
@@ -109,17 +123,30 @@ def _check(settings: EngineSettings) -> None:
         raise ValueError(f"rollout.sglang.max_restarts={sglang.max_restarts}: must be at least 0")
     if sglang.index < 0:
         raise ValueError(f"engine_cfg['sglang']['index']={sglang.index}: must be at least 0")
-    if sglang.gpus is not None and len(sglang.gpus) != sglang.tp:
-        raise ValueError(
-            f"engine {sglang.index}: engine_cfg['sglang']['gpus']={list(sglang.gpus)} names {len(sglang.gpus)} "
-            f"device(s) but roles.rollout.tp={sglang.tp}: an engine runs on exactly tp devices"
-        )
+    if sglang.tp % sglang.nnodes:
+        raise ValueError(f"engine {sglang.index}: roles.rollout.tp={sglang.tp} does not split over its {sglang.nnodes} nodes")
+    per_node = sglang.tp // sglang.nnodes
+    for rank, gpus in enumerate([sglang.gpus, *(f["gpus"] for f in sglang.followers)]):
+        if gpus is not None and len(gpus) != per_node:
+            raise ValueError(
+                f"engine {sglang.index}: node rank {rank} has {len(gpus)} device(s) {list(gpus)} but roles.rollout.tp="
+                f"{sglang.tp} over {sglang.nnodes} node(s) is {per_node} per node: an engine runs on exactly tp devices"
+            )
     if settings.num_threads is not None and settings.num_threads < 1:
         raise ValueError(f"rollout.num_threads={settings.num_threads}: must be at least 1")
 
 
-def launch_spec(model_path: str, settings: EngineSettings, host: str, port: int, nccl_port: int) -> LaunchSpec:
-    """The server's flags from what the actor was given and the ports it chose."""
+def launch_spec(
+    model_path: str,
+    settings: EngineSettings,
+    host: str,
+    port: int,
+    nccl_port: int,
+    node_rank: int = 0,
+    dist_init_addr: str | None = None,
+) -> LaunchSpec:
+    """The server's flags from what the actor was given and the ports it chose; for an engine
+    spanning nodes, node rank `node_rank`'s, all meeting node rank 0 at `dist_init_addr`."""
     sglang = settings.sglang
     return LaunchSpec(
         model_path=str(model_path),
@@ -136,8 +163,8 @@ def launch_spec(model_path: str, settings: EngineSettings, host: str, port: int,
         # The server sees only its seat's devices (CUDA_VISIBLE_DEVICES), or only the actor's.
         base_gpu_id=0,
         nnodes=sglang.nnodes,
-        node_rank=sglang.node_rank,
-        dist_init_addr=sglang.dist_init_addr,
+        node_rank=node_rank,
+        dist_init_addr=dist_init_addr,
         random_seed=settings.seed,
         extra_args=sglang.extra_args,
     )

@@ -1,9 +1,9 @@
-"""An engine's two ports (HTTP, NCCL), fixed for the actor's life so that a restarted server
-answers at the URL its clients hold.
+"""An engine's three ports (HTTP, NCCL, and the rendezvous of its node ranks), fixed for the
+actor's life so that a restarted server answers at the URL its clients hold.
 
 Inside a Slurm job they come from the job's port block (loongsage/cluster/bootstrap.py): any
 free port the kernel hands out could sit in another job's Ray worker range on a shared node,
-and that job's worker would fail to bind it later. Elsewhere, two ports the kernel says are free.
+and that job's worker would fail to bind it later. Elsewhere, three ports the kernel says are free.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from loongsage.cluster.bootstrap import engine_ports as job_engine_ports
 
 
-def engine_ports(index: int, host: str, environ: Mapping[str, str] | None = None) -> tuple[int, int]:
+def engine_ports(index: int, host: str, environ: Mapping[str, str] | None = None) -> tuple[int, int, int]:
     environ = os.environ if environ is None else environ
     job_id = environ.get("SLURM_JOB_ID")
     if not job_id:
-        return free_ports(host, 2)
+        return free_ports(host, 3)
     ports = job_engine_ports(job_id, index)
     busy = [port for port in ports if not is_free(host, port)]
     if busy:

@@ -96,6 +96,19 @@ def test_engine_never_straddles_nodes():
     assert partition(nodes(8, 8), roles(trainer=4, rollout=4, tp=4), colocate=False).rollout == (Slot("a", (4, 5, 6, 7)),)
 
 
+def test_an_engine_larger_than_a_node_spans_whole_nodes():
+    plan = partition(nodes(2, 2, 2), roles(trainer=2, rollout=4, tp=4), colocate=False)
+    # node rank 0 serves; the further node runs the engine's second server process
+    assert plan.rollout == (Slot("b", (0, 1)),)
+    assert plan.followers(0) == (Slot("c", (0, 1)),)
+    assert ("c", 1) in plan.devices() and plan.roles_on("c", 0) == ["rollout"]
+    assert "rollout[0] node rank 1: c GPU 0,1" in plan.describe()
+    # part of a node never joins an engine spanning nodes
+    with pytest.raises(ValueError, match=r"rollout engine 0 would span nodes a and c taking part of a node"):
+        partition(nodes(2, 2, 2), roles(trainer=1, rollout=4, tp=4), colocate=False)
+    assert partition(nodes(8, 8), roles(trainer=4, rollout=4, tp=4), colocate=False).followers(0) == ()
+
+
 def test_uneven_nodes():
     plan = partition(nodes(8, 3, 8), roles(trainer=11, rollout=8, tp=4), colocate=False)
     assert [slot.node for slot in plan.trainer] == ["a"] * 8 + ["b"] * 3

@@ -58,6 +58,8 @@ def test_gpu_only_flags_are_accepted_and_recorded():
         (["--tp", "4"], "--tp-size=4"),
         (["--nnodes", "2"], "--nnodes=2"),
         (["--node-rank", "1"], "--node-rank=1"),
+        (["--nnodes", "2", "--tp-size", "3", "--dist-init-addr", "h:1"], "--tp-size=3"),
+        (["--nnodes", "2", "--tp-size", "2", "--dist-init-addr", "nowhere"], "--dist-init-addr='nowhere'"),
         (["--dtype", "float16"], "--dtype"),
         (["--context-length", "0"], "--context-length=0"),
         (["--port", "70000"], "--port=70000"),

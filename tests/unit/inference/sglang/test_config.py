@@ -32,6 +32,23 @@ def test_spec_follows_the_settings():
     assert (spec.port, spec.nccl_port, spec.host) == (1000, 1001, "h")
 
 
+def test_an_engine_spanning_nodes_gives_each_node_rank_its_flags():
+    followers = [{"gpus": [0, 1], "ray_options": {"num_gpus": 1.0}}]
+    settings = EngineSettings.from_dict(_cfg(tp=4, gpus=[2, 3], followers=followers))
+    assert settings.sglang.nnodes == 2 and settings.sglang.followers[0]["gpus"] == (0, 1)
+    head = launch_spec("/m", settings, "10.0.0.1", 1000, 1001, 0, "10.0.0.1:1002")
+    node1 = launch_spec("/m", settings, "10.0.0.1", 1000, 1001, 1, "10.0.0.1:1002")
+    assert (head.nnodes, head.node_rank, head.tp_size, head.dist_init_addr) == (2, 0, 4, "10.0.0.1:1002")
+    assert (node1.node_rank, node1.port, node1.dist_init_addr) == (1, 1000, "10.0.0.1:1002")
+    # one node's devices per node rank: tp / nnodes each
+    with pytest.raises(ValueError, match=r"node rank 1 has 1 device\(s\) \[0\] but roles.rollout.tp=4 over 2 node\(s\) is 2"):
+        EngineSettings.from_dict(_cfg(tp=4, gpus=[2, 3], followers=[{"gpus": [0], "ray_options": {}}]))
+    with pytest.raises(ValueError, match=r"\['followers'\]\[0\]=\{'devices'"):
+        EngineSettings.from_dict(_cfg(tp=4, gpus=[2, 3], followers=[{"devices": [0, 1]}]))
+    with pytest.raises(ValueError, match="'nnodes'"):  # derived from the followers, never given
+        EngineSettings.from_dict(_cfg(nnodes=2))
+
+
 def test_without_engine_cfg_everything_has_a_default():
     settings = EngineSettings.from_dict(None)
     assert settings.sglang.max_restarts == SglangConfig().max_restarts and settings.sglang.gpus is None

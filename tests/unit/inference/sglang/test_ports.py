@@ -16,10 +16,10 @@ def test_engine_ports_sit_past_rays_workers_inside_the_jobs_block():
     ray = ray_ports(job)
     taken = set()
     for index in range(ENGINES_PER_JOB):
-        http, nccl = job_engine_ports(job, index)
-        assert ray.max_worker < http < nccl < ray.gcs + 200
-        taken |= {http, nccl}
-    assert len(taken) == 2 * ENGINES_PER_JOB  # no two engines share a port
+        http, nccl, rendezvous = job_engine_ports(job, index)
+        assert ray.max_worker < http < nccl < rendezvous < ray.gcs + 200
+        taken |= {http, nccl, rendezvous}
+    assert len(taken) == 3 * ENGINES_PER_JOB  # no two engines share a port
     # The next job's block starts where this one ends.
     assert max(taken) < ray_ports("1234568").gcs
 
@@ -36,7 +36,7 @@ def test_inside_a_slurm_job_the_ports_are_the_blocks():
 
 
 def test_a_busy_block_port_is_named():
-    http, _ = job_engine_ports("555", 1)
+    http, _, _ = job_engine_ports("555", 1)
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", http))
         holder.listen()
@@ -44,9 +44,9 @@ def test_a_busy_block_port_is_named():
             engine_ports(1, "127.0.0.1", {"SLURM_JOB_ID": "555"})
 
 
-def test_outside_slurm_two_distinct_free_ports():
-    http, nccl = engine_ports(0, "127.0.0.1", {})
-    assert http != nccl
-    for port in free_ports("127.0.0.1", 2) + (http, nccl):
+def test_outside_slurm_three_distinct_free_ports():
+    ports = engine_ports(0, "127.0.0.1", {})
+    assert len(set(ports)) == 3
+    for port in free_ports("127.0.0.1", 2) + ports:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", port))  # free: binding works
