@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 class Sample:
     """One prompt and one sampled response, with everything training needs to score it.
 
-    Per-token lists (`response_logprobs`, `loss_mask`, `weight_versions`) run over
-    `response_ids`. In the trainer the sequence is `prompt_ids + response_ids`, and the
-    logprob of response token j is predicted from the position just before it.
+    Per-token lists (`response_logprobs`, `loss_mask`, `weight_versions`, and a teacher's
+    `token_advantages`, `teacher_top_ids`, `teacher_top_logprobs`) run over `response_ids`.
+    In the trainer the sequence is `prompt_ids + response_ids`, and the logprob of response
+    token j is predicted from the position just before it.
     """
 
     prompt_ids: list[int]
@@ -21,6 +22,11 @@ class Sample:
     weight_versions: list[int] = field(default_factory=list)
     reward: float = 0.0
     advantage: float = 0.0
+    # On-policy distillation (loongsage.teachers), empty without a teacher. PG style: added to
+    # `advantage` token by token. GKD style: the teacher's top-k ids and log-probs at each token.
+    token_advantages: list[float] = field(default_factory=list)
+    teacher_top_ids: list[list[int]] = field(default_factory=list)
+    teacher_top_logprobs: list[list[float]] = field(default_factory=list)
     group_id: int = 0
     finish_reason: str = ""
     prompt_text: str = ""

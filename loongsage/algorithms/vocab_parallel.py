@@ -67,6 +67,41 @@ def vocab_parallel_entropy(logits_shard: Tensor, group: dist.ProcessGroup | None
     return _VocabParallelEntropy.apply(logits_shard, group)
 
 
+def vocab_parallel_logits_at(logits_shard: Tensor, ids: Tensor, vocab_start: int, group: dist.ProcessGroup | None) -> Tensor:
+    """The logits [B, T, K] fp32 at token ids `ids` [B, T, K] (e.g. a teacher's top-k), each taken
+    from the rank whose shard holds it; every rank of `group` calls it together and gets the same
+    result. Differentiable: each shard's gradient is the upstream gradient at the ids it holds.
+    (An identity backward is right here, unlike for the log-sum-exp: the picked values flow only
+    into math every rank repeats, so each rank already holds the whole gradient of them.)"""
+    if ids.dim() != 3 or ids.shape[:2] != logits_shard.shape[:2]:
+        raise ValueError(f"ids must be [B, T, K] over the logits' [B, T] {tuple(logits_shard.shape[:2])}; got {tuple(ids.shape)}")
+    if _world(group) == 1:
+        return logits_shard.float().gather(-1, ids.long())
+    return _VocabParallelLogitsAt.apply(logits_shard, ids, vocab_start, group)
+
+
+class _VocabParallelLogitsAt(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits_shard: Tensor, ids: Tensor, vocab_start: int, group: dist.ProcessGroup) -> Tensor:
+        local_vocab = logits_shard.shape[-1]
+        local = ids.long() - vocab_start
+        owned = (local >= 0) & (local < local_vocab)
+        index = local.clamp(0, local_vocab - 1)
+        picked = torch.where(owned, logits_shard.float().gather(-1, index), torch.zeros_like(index, dtype=torch.float32))
+        dist.all_reduce(picked, op=dist.ReduceOp.SUM, group=group)
+        ctx.save_for_backward(index, owned)
+        ctx.shape, ctx.dtype = logits_shard.shape, logits_shard.dtype
+        return picked
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_out: Tensor):
+        index, owned = ctx.saved_tensors
+        grad = torch.zeros(ctx.shape, dtype=torch.float32, device=grad_out.device)
+        grad.scatter_add_(-1, index, torch.where(owned, grad_out, torch.zeros_like(grad_out)))
+        return grad.to(ctx.dtype), None, None, None
+
+
 class _VocabParallelLogprobs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits_shard: Tensor, targets: Tensor, vocab_start: int, group: dist.ProcessGroup) -> Tensor:

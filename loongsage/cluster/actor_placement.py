@@ -64,10 +64,7 @@ class ActorPlacement:
         lines = [f"roles partitioned over Ray's GPUs, run.placement={self.placement}:"]
         for role in ("trainer", "rollout", "teacher"):
             for seat in self.seats(role):
-                note = " (reserved; no teacher runs yet)" if role == "teacher" else ""
-                lines.append(
-                    f"  {role}[{seat.index}]: {seat.node} GPU {','.join(map(str, seat.gpus))} share {seat.share:g}{note}"
-                )
+                lines.append(f"  {role}[{seat.index}]: {seat.node} GPU {','.join(map(str, seat.gpus))} share {seat.share:g}")
                 for rank, follower in enumerate(self.roles.follower_seats(seat.index) if role == "rollout" else (), start=1):
                     gpus = ",".join(map(str, follower.gpus))
                     lines.append(f"  {role}[{seat.index}] node rank {rank}: {follower.node} GPU {gpus}")
@@ -85,8 +82,7 @@ def place_actors(cfg) -> ActorPlacement:
 
     plan = partition(allocation_from_ray(ray.nodes()), cfg.roles, colocate=placement == "colocate")
     roles = place(plan)
-    # Teacher seats are planned and reserved with the rest, so the devices are held for them;
-    # nothing runs on them yet (the Teacher Manager is a later issue).
+    # Teacher seats are planned and reserved with the rest; the TeacherGroup's engines sit on them.
     return ActorPlacement(
         placement,
         trainer_options=[seat.actor_options() for seat in roles.seats("trainer")],

@@ -16,6 +16,7 @@ from loongsage.config.parallel import (
 from loongsage.config.registry_choices import RegistryChoices
 from loongsage.config.sampling_rules import sampling_problems
 from loongsage.config.schema import Config, MegatronConfig
+from loongsage.config.teacher_rules import teacher_problems
 
 CHOICES = {
     "rollout.engine": RegistryChoices("loongsage.inference.engines:ENGINES"),
@@ -51,6 +52,7 @@ def check(cfg: Config) -> None:
         *_backend_problems(cfg),
         *_batch_problems(cfg),
         *_mix_problems(cfg),
+        *teacher_problems(cfg),
         *_window_problems(cfg),
         *_placement_problems(cfg),
         *_roles_problems(cfg),

@@ -105,6 +105,25 @@ class TrainerConfig:
 
 
 @dataclass
+class OpdConfig:
+    """On-policy distillation: the student's samples are scored by their data source's teacher
+    (loongsage.algorithms.distill)."""
+
+    # pg: each response token's advantage gains -coef * (log p_student - log p_teacher) of the
+    # token sampled (the reward's advantage still applies). gkd: coef * a divergence between the
+    # student's and the teacher's next-token distributions over the teacher's top_k tokens is
+    # added to the loss.
+    style: str = "pg"
+    coef: float = 1.0
+    # gkd only: forward_kl (teacher || student) | reverse_kl (student || teacher) | jsd.
+    divergence: str = "reverse_kl"
+    # jsd only: the teacher's weight in the mixture M = beta P_teacher + (1 - beta) P_student.
+    beta: float = 0.5
+    # gkd only: the teacher's most likely tokens per position the divergence runs over.
+    top_k: int = 64
+
+
+@dataclass
 class AlgorithmConfig:
     # Advantage estimator: a registered name (grpo) or an import path `pkg.module:function`.
     advantage: str = "grpo"
@@ -128,6 +147,8 @@ class AlgorithmConfig:
     is_mode: str = "truncate"
     is_low: float = 0.0
     is_high: float = 2.0
+    # On-policy distillation toward the teachers (teachers.pool); read only when there are teachers.
+    opd: OpdConfig = field(default_factory=OpdConfig)
 
 
 @dataclass
@@ -147,6 +168,8 @@ class DataMixEntry:
     # for this source's episodes; the system prompt is system_prompt below, not an agent option.
     agent_options: dict[str, Any] = field(default_factory=dict)
     system_prompt: Optional[str] = None
+    # The teachers.pool entry that scores this source's samples; empty: they train on their reward only.
+    teacher: str = ""
 
 
 @dataclass
@@ -156,12 +179,34 @@ class DataConfig:
     # Keyword arguments for the data source (e.g. path for gsm8k_jsonl, difficulty knobs).
     options: dict[str, Any] = field(default_factory=dict)
     reward: str = "math"
+    # The teachers.pool entry that scores this source's samples; empty: no teacher. With data.mix
+    # each entry names its own.
+    teacher: str = ""
     shuffle: bool = True
     system_prompt: Optional[str] = None
     num_reward_workers: int = 1
     # Several sources in fixed proportions (agent runs only); when set, it replaces source,
     # options and system_prompt above.
     mix: list[DataMixEntry] = field(default_factory=list)
+
+
+@dataclass
+class TeacherEntry:
+    name: str = ""
+    # A registry name (smollm2-135m, tiny) or a local Hugging Face directory; it must share the
+    # student's tokenizer.
+    model: str = ""
+
+
+@dataclass
+class TeachersConfig:
+    """Teachers of on-policy distillation, kept under a budget of resident engines
+    (loongsage.teachers). A data source names its teacher (data.teacher, data.mix[].teacher)."""
+
+    pool: list[TeacherEntry] = field(default_factory=list)
+    # Teacher engines holding weights at once; the other teachers wait as files on disk and are
+    # swapped in (SGLang's /update_weights_from_disk) when their samples come. 0: one per teacher.
+    max_resident: int = 0
 
 
 @dataclass
@@ -319,6 +364,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    teachers: TeachersConfig = field(default_factory=TeachersConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     run: RunConfig = field(default_factory=RunConfig)

@@ -1,10 +1,12 @@
-"""The controller's loop: prompts -> rollout -> reward -> advantages -> train -> weight sync.
+"""The controller's loop: prompts -> rollout -> reward -> teacher scores (if any) -> advantages
+-> train -> weight sync.
 
 Who owns which threads (each stops in `Controller.shutdown`, in the order written there):
 the rollout pipeline (a producer thread and a pool running prompt groups), the rollout
 source (agent episodes: an episode pool and the router's HTTP server; single completions:
 reward-worker actors), the RolloutGroup (one event loop thread carrying every engine
-request, and the engine actors), the TrainGroup (the trainer actors), and the controller
+request, and the engine actors), the TeacherGroup (teacher engine actors and the manager's
+loader thread), the TrainGroup (the trainer actors), and the controller
 itself (one thread at a time for a long call it may give up on: InterruptibleCalls).
 """
 
@@ -21,6 +23,7 @@ import torch
 from loongsage.algorithms.advantages import get_advantage
 from loongsage.cluster.actor_placement import place_actors
 from loongsage.config import Config
+from loongsage.config.teacher_rules import teacher_routes
 from loongsage.controller.agent_rollout import AgentRolloutSource
 from loongsage.controller.checkpoint import latest_checkpoint, load_controller_state, save_checkpoint
 from loongsage.controller.completion_rollout import CompletionRolloutSource
@@ -38,6 +41,7 @@ from loongsage.inference.activity import IdleClock
 from loongsage.models import resolve_model_path
 from loongsage.sample import Sample
 from loongsage.tasks.registry import get_data_source
+from loongsage.teachers.group import TeacherGroup
 from loongsage.training.group import TrainGroup
 
 log = logging.getLogger(__name__)
@@ -69,6 +73,7 @@ class Controller:
                     log_dir=str(run_dir / "engines"),
                 ),
             )
+            self.teachers = self._teacher_group(model_path)
             self.trainer = TrainGroup(
                 model_path,
                 cfg.trainer,
@@ -134,6 +139,7 @@ class Controller:
         1. the pipeline admits no more groups, and its producer thread ends;
         2. the engines stop, so every request in flight ends: the pipeline's group threads, the
            agent episodes and the request loop's coroutines return instead of waiting forever;
+           then the teachers' engines (a scoring call given up on ends with them);
         3. the rollout source: the agent episode pool and router server, or the reward workers;
         4. the trainer's actors, so a training call given up on returns, then the weight relays
            (nothing pushes through them any more);
@@ -144,6 +150,8 @@ class Controller:
         if self.pipeline is not None:
             self.pipeline.close()
         self.rollout.shutdown()
+        if self.teachers is not None:
+            self.teachers.shutdown()
         self.source.close()
         self.trainer.shutdown()
         stop_relays(self.relays)
@@ -153,6 +161,19 @@ class Controller:
         if stuck:
             log.warning("still running at shutdown: %s\n%s", ", ".join(t.name for t in stuck), thread_stacks(stuck))
         self.placement.remove()
+
+    def _teacher_group(self, model_path: str) -> TeacherGroup | None:
+        """The teachers' engines on their seats (roles.teacher), when some data source has one."""
+        if not teacher_routes(self.cfg):
+            return None
+        seats = self.placement.seats("teacher")
+        return TeacherGroup(
+            self.cfg,
+            model_path,
+            ray_options=[seat.actor_options() for seat in seats] or None,
+            gpus=[list(seat.gpus) for seat in seats] or None,
+            log_dir=str(self.run_dir / "engines"),
+        )
 
     def _rollout_source(self, model_path: str) -> RolloutSource:
         """Agent episodes through the router when an agent is configured, else one completion per sample."""
@@ -193,6 +214,10 @@ class Controller:
         rolled_out = time.perf_counter()
         # Episodes that failed because their engine died would train as zero-reward noise.
         self._stop_if_engines_died()
+        teacher_metrics = {}
+        if self.teachers is not None:
+            teacher_metrics = self.calls.call(lambda: self.teachers.score(samples), stop, f"the teachers' scoring of step {step}")
+        scored = time.perf_counter()
         self._assign_advantages(samples)
         self.rollout.release_memory()
         metrics = self.calls.call(
@@ -207,15 +232,17 @@ class Controller:
         metrics.update(rollout_metrics(samples))
         metrics.update(pipeline_metrics)
         metrics.update(self._transfer_metrics)
+        metrics.update(teacher_metrics)
         metrics.update(
             {
                 # Waiting for the batch: only what rollout did not hide (all of it in run.mode=sync).
                 "timing/rollout_s": rolled_out - started,
-                "timing/train_s": trained - rolled_out,
+                "timing/teacher_s": scored - rolled_out,
+                "timing/train_s": trained - scored,
                 "timing/weight_sync_s": synced - trained,
                 "timing/step_s": synced - started,
                 "rollout/weight_version": float(self.weight_version),
-                "async/trainer_idle_ratio": 1.0 - (trained - rolled_out) / max(synced - started, 1e-9),
+                "async/trainer_idle_ratio": 1.0 - (trained - scored) / max(synced - started, 1e-9),
                 "async/rollout_idle_ratio": self._idle_clock.lap(),
                 "faults/engine_restarts": float(self.rollout.restarts()),
                 "faults/engine_failovers": float(self.rollout.roster.failures),

@@ -76,7 +76,7 @@ class RolloutGroup:
         self.colocated = seats.colocated
         self.actors = [
             engine.options(**(ray_options[i] if ray_options else {})).remote(
-                model_path, _engine_cfg(cfg, i, cpus[i] if cpus else None, seats), cpus[i] if cpus else None
+                model_path, engine_cfg(cfg, i, cpus[i] if cpus else None, seats), cpus[i] if cpus else None
             )
             for i in range(cfg.num_engines)
         ]
@@ -293,26 +293,35 @@ class RolloutGroup:
             return self._tokenizer.decode(ids, skip_special_tokens=True)
 
 
-def _engine_cfg(cfg: RolloutConfig, index: int, cpus: list[int] | None, seats: EngineSeats) -> dict:
+def engine_cfg(
+    cfg: RolloutConfig,
+    index: int,
+    cpus: list[int] | None,
+    seats: EngineSeats,
+    weight_version: str = "0",
+    seat: int | None = None,
+) -> dict:
     """One engine's settings: the serving limits every engine takes, and for the SGLang actor
-    its launch settings (the other engines have no devices, ports or processes of their own)."""
+    its launch settings (the other engines have no devices, ports or processes of their own).
+    `index` names the engine's ports and log; `seat`: its entry of `seats` (default `index`);
+    `weight_version`: what its starting weights carry (a rollout engine's 0, a teacher's name)."""
+    seat = index if seat is None else seat
     engine_cfg = {
         "max_running": cfg.max_running,
         "max_context": cfg.max_context,
         "num_threads": len(cpus) if cpus else cfg.num_threads,
         "dtype": cfg.dtype,
-        # Versions count trainer steps; the starting weights are version 0.
-        "weight_version": "0",
+        "weight_version": weight_version,
     }
     if cfg.engine == "sglang":
         sglang = cfg.sglang if isinstance(cfg.sglang, dict) else dataclasses.asdict(cfg.sglang)
-        gpus = seats.gpus[index] if seats.gpus else None
+        gpus = seats.gpus[seat] if seats.gpus else None
         engine_cfg["sglang"] = {
             **sglang,
             "index": index,
             "tp": seats.tp,
             "gpus": gpus,
-            "followers": seats.followers[index] if seats.followers else [],
+            "followers": seats.followers[seat] if seats.followers else [],
             "colocated": seats.colocated,
             "log_dir": seats.log_dir,
         }

@@ -31,11 +31,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Teacher:
-    """`model_path`: an HF directory; `sources`: the data sources whose samples it scores."""
+    """`model_path`: an HF directory. Which samples it scores is the run's routing
+    (config.teacher_rules.teacher_routes), not the teacher's."""
 
     name: str
     model_path: str
-    sources: tuple[str, ...] = ()
 
 
 @dataclass
@@ -48,10 +48,12 @@ class TeacherStats:
 
 class TeacherManager:
     """`slots`: one engine client per resident slot (`teachers.max_resident` engines), whatever
-    weights they serve now. `top_k`: how many of the teacher's most likely tokens each scored
-    position returns (0: only the sampled token's logprob, for PG-style distillation)."""
+    weights they serve now; `resident`: the teachers the slots started with, slot by slot (their
+    engines were launched on those teachers' weights, labelled with their names). `top_k`: how
+    many of the teacher's most likely tokens each scored position returns (0: only the sampled
+    token's logprob, for PG-style distillation)."""
 
-    def __init__(self, teachers: Sequence[Teacher], slots: Sequence[EngineClient], top_k: int = 0):
+    def __init__(self, teachers: Sequence[Teacher], slots: Sequence[EngineClient], top_k: int = 0, resident: Sequence[str] = ()):
         names = [t.name for t in teachers]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
@@ -62,8 +64,12 @@ class TeacherManager:
         self.slots = list(slots)
         self.top_k = top_k
         self.stats = TeacherStats()
+        if len(resident) > len(self.slots) or set(resident) - set(self.teachers):
+            raise ValueError(
+                f"resident teachers {list(resident)} do not fit {len(self.slots)} slot(s) of {sorted(self.teachers)}"
+            )
         # slot index -> teacher it holds, least recently used first
-        self._resident: OrderedDict[int, str] = OrderedDict()
+        self._resident: OrderedDict[int, str] = OrderedDict(enumerate(resident))
         self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="teacher-load")
 
     def resident(self) -> list[str]:

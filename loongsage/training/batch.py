@@ -18,7 +18,16 @@ from torch import Tensor
 
 from loongsage.sample import Sample
 
-PAD_TOKEN_ID = 0  # any valid id: padded positions are masked out of attention and loss
+PAD_TOKEN_ID = 0
+# Sample fields with one entry per response token (each optional: empty when absent).
+PER_TOKEN_FIELDS = (
+    "loss_mask",
+    "response_logprobs",
+    "weight_versions",
+    "token_advantages",
+    "teacher_top_ids",
+    "teacher_top_logprobs",
+)  # any valid id: padded positions are masked out of attention and loss
 
 
 @dataclass
@@ -28,10 +37,15 @@ class PackedBatch:
     position_ids: Tensor  # [B, T] long
     first_column: int  # input position of per-token column 0
     loss_mask: Tensor  # [B, C] float (C = T - 1 - first_column), 1 where a response token is trained
-    advantages: Tensor  # [B, C] float, each sample's advantage on its response columns
+    advantages: Tensor  # [B, C] float, each sample's advantage (plus its token_advantages) on its response columns
     rollout_logprobs: Tensor | None  # [B, C] float; None when a sample came without them
     token_versions: Tensor | None  # [B, C] long, weight version of each response token; None when a sample lacks them
     response_spans: list[tuple[int, int]]  # per sample, its response columns [start, end)
+    # GKD: the teacher's top-k ids and log-probs [B, C, K] and where a teacher scored [B, C]
+    # (a sample without a teacher has 0 there); None when no sample of the batch has them.
+    teacher_top_ids: Tensor | None = None
+    teacher_top_logprobs: Tensor | None = None
+    teacher_mask: Tensor | None = None
 
     @property
     def targets(self) -> Tensor:
@@ -86,6 +100,8 @@ def pack_samples(samples: list[Sample], width: int | None = None) -> PackedBatch
         response_mask = sample.loss_mask or [1] * len(sample.response_ids)
         loss_mask[row, start:end] = torch.tensor(response_mask, dtype=torch.float32)
         advantages[row, start:end] = sample.advantage
+        if sample.token_advantages:
+            advantages[row, start:end] += torch.tensor(sample.token_advantages, dtype=torch.float32)
         if sample.response_logprobs:
             rollout_logprobs[row, start:end] = torch.tensor(sample.response_logprobs, dtype=torch.float32)
         if sample.weight_versions:
@@ -93,6 +109,7 @@ def pack_samples(samples: list[Sample], width: int | None = None) -> PackedBatch
     has_rollout_logprobs = all(sample.response_logprobs for sample in samples)
     has_versions = all(sample.weight_versions for sample in samples)
     return PackedBatch(
+        **_teacher_top_k(samples, spans, columns),
         input_ids=input_ids,
         attention_mask=attention_mask,
         # Right padding: positions count from 0 at the first token of every row.
@@ -104,6 +121,24 @@ def pack_samples(samples: list[Sample], width: int | None = None) -> PackedBatch
         token_versions=token_versions if has_versions else None,
         response_spans=spans,
     )
+
+
+def _teacher_top_k(samples: list[Sample], spans: list[tuple[int, int]], columns: int) -> dict[str, Tensor]:
+    """The GKD fields of PackedBatch: padded with id 0 and log-prob 0 where no teacher scored,
+    which teacher_mask leaves out."""
+    scored = [s for s in samples if s.teacher_top_ids]
+    if not scored:
+        return {}
+    k = len(scored[0].teacher_top_ids[0])
+    ids = torch.zeros((len(samples), columns, k), dtype=torch.long)
+    logprobs = torch.zeros((len(samples), columns, k))
+    mask = torch.zeros((len(samples), columns))
+    for row, (sample, (start, end)) in enumerate(zip(samples, spans)):
+        if sample.teacher_top_ids:
+            ids[row, start:end] = torch.tensor(sample.teacher_top_ids, dtype=torch.long)
+            logprobs[row, start:end] = torch.tensor(sample.teacher_top_logprobs, dtype=torch.float32)
+            mask[row, start:end] = 1.0
+    return {"teacher_top_ids": ids, "teacher_top_logprobs": logprobs, "teacher_mask": mask}
 
 
 def split_micro_batches(samples: list[Sample], micro_batch_size: int) -> list[list[Sample]]:
@@ -132,7 +167,11 @@ def _check_sample(index: int, sample: Sample) -> None:
         raise ValueError(f"sample {index}: prompt_ids is empty; the first response token needs a prompt token before it")
     if not sample.response_ids:
         raise ValueError(f"sample {index}: response_ids is empty")
-    for name in ("loss_mask", "response_logprobs", "weight_versions"):
+    for name in PER_TOKEN_FIELDS:
         values = getattr(sample, name)
         if values and len(values) != len(sample.response_ids):
             raise ValueError(f"sample {index}: {name} has {len(values)} entries but response_ids has {len(sample.response_ids)}")
+    if bool(sample.teacher_top_ids) != bool(sample.teacher_top_logprobs) or any(
+        len(ids) != len(lps) for ids, lps in zip(sample.teacher_top_ids, sample.teacher_top_logprobs)
+    ):
+        raise ValueError(f"sample {index}: teacher_top_ids and teacher_top_logprobs must have the same shape")

@@ -20,7 +20,19 @@ class StepMetrics:
 
     # Importance-weight stats that are token means: summed like clip_frac.
     IS_MEANS = ("is_weight_mean", "is_clip_frac", "is_mask_frac")
-    KEYS = ("loss", "pg_loss", "entropy", "clip_frac", "kl", "mismatch_k3_kl", "mismatch_tokens", "tokens", *IS_MEANS)
+    KEYS = (
+        "loss",
+        "pg_loss",
+        "entropy",
+        "clip_frac",
+        "kl",
+        "distill",
+        "distill_tokens",
+        "mismatch_k3_kl",
+        "mismatch_tokens",
+        "tokens",
+        *IS_MEANS,
+    )
 
     def __init__(self, with_kl: bool, with_is: bool = False, group: dist.ProcessGroup | None = None):
         """`group`: the data-parallel ranks the batch is spread over (None: all ranks)."""
@@ -38,6 +50,9 @@ class StepMetrics:
         v["loss"] += result.loss.item() * weight
         v["pg_loss"] += result.pg_loss * weight
         v["kl"] += result.kl * weight
+        v["distill"] += result.distill * weight
+        if micro.teacher_mask is not None:
+            v["distill_tokens"] += float((micro.loss_mask * micro.teacher_mask).sum())
         v["entropy"] += result.entropy * weight
         v["clip_frac"] += result.clip_frac * token_weight
         tokens = float(micro.loss_mask.sum())
@@ -75,6 +90,9 @@ class StepMetrics:
             metrics["train/mismatch_k3_kl"] = total["mismatch_k3_kl"] / total["mismatch_tokens"]
         if self.with_kl:
             metrics["train/kl"] = total["kl"] / num_minis
+        # GKD (algorithm.opd.style=gkd): the divergence to the teachers over the tokens they scored.
+        if total["distill_tokens"] > 0:
+            metrics["train/gkd_divergence"] = total["distill"] / num_minis
         if self.with_is:
             metrics.update(self._reduce_is(total, num_minis))
         return metrics

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from loongsage.algorithms.distill import gkd_divergence
 from loongsage.algorithms.losses import get_policy_loss, kl_estimate, masked_aggregate
 from loongsage.algorithms.off_policy import importance_weights, interpolated_proximal_logprobs
 from loongsage.config.schema import AlgorithmConfig
@@ -26,6 +27,7 @@ class MicroObjective:
     clip_frac: float
     kl: float
     is_stats: dict[str, float] = field(default_factory=dict)  # importance_weights' stats; empty without IS
+    distill: float = 0.0  # the GKD divergence to the teachers (algorithm.opd.style=gkd); 0 without
 
 
 def micro_objective(
@@ -36,7 +38,8 @@ def micro_objective(
     algo: AlgorithmConfig,
     policy_versions: tuple[float, float] | None = None,
 ) -> MicroObjective:
-    """The policy loss `algo.policy_loss` names (+ kl_coef * KL to the reference) - entropy_coef * entropy.
+    """The policy loss `algo.policy_loss` names (+ kl_coef * KL to the reference) - entropy_coef * entropy
+    (+ opd.coef * the GKD divergence to the teachers, where the batch carries their top-k).
 
     The PPO ratio is taken against the proximal policy chosen by `algo.proximal` (see
     `_proximal`); with `algo.is_level` set, each token's surrogate is also weighted by
@@ -66,6 +69,10 @@ def micro_objective(
     if ref_logprobs is not None:
         kl = masked_aggregate(kl_estimate(logprobs, ref_logprobs, algo.kl_kind), mask, mode)
         loss = loss + algo.kl_coef * kl
+    distill = torch.zeros(())
+    if batch.teacher_top_ids is not None:
+        distill = masked_aggregate(_gkd_divergence(scores, batch, algo), mask * batch.teacher_mask, mode)
+        loss = loss + algo.opd.coef * distill
     with torch.set_grad_enabled(algo.entropy_coef > 0 and torch.is_grad_enabled()):
         entropy = masked_aggregate(scores.entropy(), mask, mode)
     if algo.entropy_coef > 0:
@@ -78,7 +85,16 @@ def micro_objective(
         clip_frac=info["clip_frac"],
         kl=kl.item(),
         is_stats=is_stats,
+        distill=distill.item(),
     )
+
+
+def _gkd_divergence(scores: TokenScores, batch: PackedBatch, algo: AlgorithmConfig) -> Tensor:
+    """[B, C] divergence between student and teacher on the teacher's top-k ids, both renormalised
+    there (distill.topk_supports, here from the student's logits at those ids)."""
+    student = scores.logits_at(batch.teacher_top_ids).log_softmax(dim=-1)
+    teacher = batch.teacher_top_logprobs.float().log_softmax(dim=-1)
+    return gkd_divergence(student, teacher, algo.opd.divergence, algo.opd.beta)
 
 
 def _proximal(

@@ -1,6 +1,7 @@
-"""Per-token log-probs and entropy from a model's output, however its vocabulary is laid out.
+"""Per-token log-probs and entropy (and, for distillation, the logits at chosen ids) from a
+model's output, however its vocabulary is laid out.
 
-The objective (loongsage.training.objective) only asks these two questions, so one objective
+The objective (loongsage.training.objective) only asks these questions, so one objective
 serves every backend: HF models hand over full-vocabulary logits; Megatron under tensor
 parallelism hands over each rank's vocabulary shard, which is never gathered.
 """
@@ -13,7 +14,11 @@ import torch.distributed as dist
 from torch import Tensor
 
 from loongsage.algorithms.losses import entropy_from_logits, token_logprobs
-from loongsage.algorithms.vocab_parallel import vocab_parallel_entropy, vocab_parallel_token_logprobs
+from loongsage.algorithms.vocab_parallel import (
+    vocab_parallel_entropy,
+    vocab_parallel_logits_at,
+    vocab_parallel_token_logprobs,
+)
 
 
 class TokenScores(Protocol):
@@ -22,6 +27,9 @@ class TokenScores(Protocol):
 
     def entropy(self) -> Tensor:
         """[B, C] fp32 entropy of each position's distribution, differentiable."""
+
+    def logits_at(self, ids: Tensor) -> Tensor:
+        """[B, C, K] fp32 logits at token ids [B, C, K] (a teacher's top-k), differentiable."""
 
 
 class FullVocabScores:
@@ -35,6 +43,9 @@ class FullVocabScores:
 
     def entropy(self) -> Tensor:
         return entropy_from_logits(self.logits)
+
+    def logits_at(self, ids: Tensor) -> Tensor:
+        return vocab_parallel_logits_at(self.logits, ids, 0, None)
 
 
 class VocabShardScores:
@@ -50,3 +61,6 @@ class VocabShardScores:
 
     def entropy(self) -> Tensor:
         return vocab_parallel_entropy(self.logits_shard, self.group)
+
+    def logits_at(self, ids: Tensor) -> Tensor:
+        return vocab_parallel_logits_at(self.logits_shard, ids, self.vocab_start, self.group)

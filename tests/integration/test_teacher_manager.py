@@ -5,34 +5,25 @@ teacher on its own."""
 from __future__ import annotations
 
 import random
-import shutil
 
 import pytest
 import torch
-from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
 from loongsage.inference.client import EngineClient
-from loongsage.inference.embedded.weights import read_safetensors
 from loongsage.teachers import ScoreRequest, Teacher, TeacherManager
 from tests.integration.engine_support import running_engine
+from tests.integration.teacher_support import perturbed_model
 
 NAMES = ("math", "code", "chat")
 
 
 @pytest.fixture(scope="module")
 def teachers(tiny_model_path, tmp_path_factory) -> list[Teacher]:
-    out = []
-    for seed, name in enumerate(NAMES):
-        generator = torch.Generator().manual_seed(seed)
-        folder = tmp_path_factory.mktemp(name) / "model"
-        shutil.copytree(tiny_model_path, folder)
-        weights = {
-            n: (t + 0.3 * torch.randn(t.shape, generator=generator)).contiguous() for n, t in read_safetensors(tiny_model_path)
-        }
-        save_file(weights, str(folder / "model.safetensors"))
-        out.append(Teacher(name, str(folder), sources=(f"{name}_data",)))
-    return out
+    return [
+        Teacher(name, str(perturbed_model(tiny_model_path, tmp_path_factory.mktemp(name) / "model", seed)))
+        for seed, name in enumerate(NAMES)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +90,27 @@ def test_two_slots_load_the_next_teacher_while_one_scores_and_top_k_matches(tiny
             # Each listed id carries its own logprob (near ties may list in either order).
             assert torch.allclose(got, expected.gather(1, torch.tensor(scores.top_ids)), atol=1e-4)
         manager.close()
+
+
+def test_one_slot_and_all_resident_give_the_same_log_probs(tiny_model_path, teachers):
+    """teachers.max_resident=1 against every teacher resident: swapping changes nothing scored."""
+    asked = requests(6, seed=2)
+    with (
+        running_engine(tiny_model_path) as one,
+        running_engine(teachers[0].model_path, weight_version="math") as math,
+        running_engine(teachers[1].model_path, weight_version="code") as code,
+        running_engine(teachers[2].model_path, weight_version="chat") as chat,
+    ):
+        swapping = TeacherManager(teachers, slots([one]), top_k=3)
+        resident = TeacherManager(teachers, slots([math, code, chat]), top_k=3, resident=list(NAMES))
+        through_one, all_resident = swapping.score(asked), resident.score(asked)
+        assert swapping.stats.swaps == 3 and resident.stats.swaps == 0
+        for a, b in zip(through_one, all_resident):
+            assert a.teacher == b.teacher and a.top_ids == b.top_ids
+            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-6, rtol=0)
+            assert torch.allclose(torch.tensor(a.top_logprobs), torch.tensor(b.top_logprobs), atol=1e-6, rtol=0)
+        swapping.close()
+        resident.close()
 
 
 def test_a_slot_swapped_behind_the_managers_back_fails_the_score(tiny_model_path, teachers):

@@ -12,8 +12,13 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from loongsage.algorithms.distill import gkd_divergence, topk_supports
 from loongsage.algorithms.losses import entropy_from_logits, token_logprobs
-from loongsage.algorithms.vocab_parallel import vocab_parallel_entropy, vocab_parallel_token_logprobs
+from loongsage.algorithms.vocab_parallel import (
+    vocab_parallel_entropy,
+    vocab_parallel_logits_at,
+    vocab_parallel_token_logprobs,
+)
 
 ENTROPY_COEF = 0.3
 TOL = {"atol": 1e-6, "rtol": 1e-6}
@@ -147,6 +152,22 @@ def _rank_checks(rank: int, bounds: list[int], padded: int, group) -> None:
         vocab_parallel_token_logprobs(shard.detach(), bad, lo, group)
     # ... and the group still works in step afterwards.
     torch.testing.assert_close(vocab_parallel_token_logprobs(shard.detach(), targets, lo, group), want_lp, **TOL)
+
+    # GKD over a teacher's top-k: the student's logits at the teacher's ids, each from the shard
+    # that holds it, renormalised there, give the full-vocabulary divergence and this shard's
+    # part of its gradient.
+    teacher = torch.randn(logits[..., :real_hi].shape, generator=torch.Generator().manual_seed(5)).log_softmax(-1)
+    teacher[1, 2, : bounds[1]] = -math.inf  # where the student has no probability either
+    top_lp, top_ids = teacher.topk(4, dim=-1)
+    shard.grad = None
+    picked = vocab_parallel_logits_at(shard, top_ids, lo, group)
+    gkd_divergence(picked.log_softmax(-1), top_lp.log_softmax(-1), "jsd").sum().backward()
+    full = logits.clone().requires_grad_()
+    gkd_divergence(*topk_supports(full, top_ids, top_lp), "jsd").sum().backward()
+    torch.testing.assert_close(picked, logits.gather(-1, top_ids), **TOL)
+    torch.testing.assert_close(shard.grad, full.grad[:, :, lo:hi], **TOL)
+    if lo < real_hi:
+        assert shard.grad.abs().max() > 1e-4
 
     # A real 1-rank group: the logits are the whole vocabulary, and the full-vocab functions answer.
     singles = [dist.new_group([r]) for r in range(dist.get_world_size())]

@@ -18,7 +18,7 @@ from loongsage.cluster.roles import (
     node_sort_key,
     partition,
 )
-from loongsage.config import Config, ConfigError, check, register, to_config
+from loongsage.config import Config, ConfigError, DataMixEntry, TeacherEntry, check, register, to_config
 from loongsage.config.schema import RoleConfig, RolesConfig, RolloutRoleConfig
 from tests.paths import RECIPES_DIR
 
@@ -42,6 +42,11 @@ def config(roles_cfg: RolesConfig, placement="disaggregated", mode="sync", world
     cfg.rollout.num_engines = engines if engines is not None else max(roles_cfg.rollout.gpus // tp, 1)
     # samples per step divisible by any world size used here
     cfg.rollout.prompts_per_step, cfg.rollout.group_size, cfg.trainer.micro_batch_size = 16, 2, 1
+    if roles_cfg.teacher.gpus > 0:  # one resident teacher per teacher device, each scoring a source
+        count = roles_cfg.teacher.gpus
+        cfg.agent.name = "chat"
+        cfg.teachers.pool = [TeacherEntry(name=f"t{i}", model="tiny") for i in range(count)]
+        cfg.data.mix = [DataMixEntry(name=f"s{i}", source="synthetic_arithmetic", teacher=f"t{i}") for i in range(count)]
     return cfg
 
 
@@ -221,7 +226,9 @@ def test_roles_come_from_command_line_overrides():
         "roles.trainer.gpus=16",
         "roles.rollout.gpus=8",
         "roles.rollout.tp=2",
-        "roles.teacher.gpus=8",
+        "roles.teacher.gpus=1",
+        "teachers.pool=[{name: t, model: tiny}]",
+        "data.teacher=t",
         "run.placement=disaggregated",
         "trainer.world_size=16",
         "trainer.micro_batch_size=2",
@@ -229,7 +236,7 @@ def test_roles_come_from_command_line_overrides():
     ]
     with initialize_config_dir(config_dir=str(RECIPES_DIR), version_base=None):
         cfg = to_config(compose(config_name="config", overrides=overrides))
-        assert (cfg.roles.trainer.gpus, cfg.roles.rollout.gpus, cfg.roles.rollout.tp, cfg.roles.teacher.gpus) == (16, 8, 2, 8)
+        assert (cfg.roles.trainer.gpus, cfg.roles.rollout.gpus, cfg.roles.rollout.tp, cfg.roles.teacher.gpus) == (16, 8, 2, 1)
         assert len(partition(nodes(8, 8, 8, 8), cfg.roles, colocate=False).rollout) == 4
         with pytest.raises(ConfigError, match=r"roles.rollout.gpus=8 must be divisible by roles.rollout.tp=3"):
             to_config(compose(config_name="config", overrides=["roles.rollout.gpus=8", "roles.rollout.tp=3"]))

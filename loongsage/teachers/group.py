@@ -1,0 +1,117 @@
+"""TeacherGroup: the run's teachers as engine actors (rollout.engine's kind, so embedded engines
+here and SGLang servers on a cluster's `roles.teacher.gpus`), scored through a TeacherManager,
+and the routing of each sample to its data source's teacher.
+
+The slots start on the first teachers of teachers.pool (their engines load those weights,
+labelled with the teachers' names); the others are swapped in when their samples come.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from functools import cached_property
+
+import ray
+
+from loongsage.config import Config
+from loongsage.config.teacher_rules import resident_slots, teacher_routes
+from loongsage.controller.data_stream import SINGLE_SOURCE
+from loongsage.controller.rollout import ENGINE_STOP_TIMEOUT_S, EngineSeats, engine_cfg
+from loongsage.inference.client import EngineClient
+from loongsage.models import load_tokenizer, resolve_model_path
+from loongsage.sample import Sample
+from loongsage.teachers.manager import Teacher, TeacherManager
+from loongsage.teachers.scoring import ScoreRequest
+from loongsage.teachers.signal import apply_scores
+
+log = logging.getLogger(__name__)
+
+
+class TeacherGroup:
+    """`ray_options`: each slot's Ray actor options (its `roles.teacher` seat), None: Ray's
+    defaults on this machine; `gpus`: each slot's devices (SGLang's CUDA_VISIBLE_DEVICES)."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        student_path: str,
+        ray_options: Sequence[dict] | None = None,
+        gpus: list[list[int]] | None = None,
+        log_dir: str | None = None,
+    ):
+        from loongsage.inference.engines import engine_actor
+
+        self.opd = cfg.algorithm.opd
+        self.routes = teacher_routes(cfg)
+        self.teachers = [Teacher(t.name, str(resolve_model_path(t.model))) for t in cfg.teachers.pool]
+        _check_vocabularies(student_path, self.teachers)
+        slots = resident_slots(cfg)
+        engine = engine_actor(cfg.rollout.engine)
+        # SGLang slots take the indices after the rollout engines': their own ports and log files.
+        first_index = cfg.rollout.num_engines
+        seats = EngineSeats(gpus=[[gpu] for gpu in gpus] if gpus else None, log_dir=log_dir)
+        self.actors = [
+            engine.options(**(ray_options[slot] if ray_options else {})).remote(
+                teacher.model_path,
+                engine_cfg(cfg.rollout, first_index + slot, None, seats, weight_version=teacher.name, seat=slot),
+                None,
+            )
+            for slot, teacher in zip(range(slots), self.teachers)
+        ]
+        self._started = [actor.start.remote() for actor in self.actors]
+        self._timeout_s = cfg.rollout.request_timeout_s
+
+    @cached_property
+    def manager(self) -> TeacherManager:
+        clients = [EngineClient(url, timeout=self._timeout_s) for url in ray.get(self._started)]
+        top_k = self.opd.top_k if self.opd.style == "gkd" else 0
+        resident = [teacher.name for teacher in self.teachers[: len(clients)]]
+        return TeacherManager(self.teachers, clients, top_k=top_k, resident=resident)
+
+    def score(self, samples: Sequence[Sample]) -> dict[str, float]:
+        """Every sample whose data source has a teacher gets that teacher's signal (see signal.py);
+        the others keep their reward only. Returns the teacher metrics of this batch."""
+        taught = [s for s in samples if self._teacher_of(s)]
+        requests = [ScoreRequest(self._teacher_of(s), s.prompt_ids, s.response_ids) for s in taught]
+        before = (self.manager.stats.swaps, self.manager.stats.swap_s)
+        started = time.perf_counter()
+        metrics = apply_scores(taught, self.manager.score(requests), self.opd) if requests else {}
+        stats = self.manager.stats
+        metrics.update(
+            {
+                "teacher/score_s": time.perf_counter() - started,
+                "teacher/swaps": float(stats.swaps - before[0]),
+                "teacher/swap_s": stats.swap_s - before[1],
+                "teacher/resident": float(len(self.manager.resident())),
+                "teacher/samples": float(len(taught)),
+            }
+        )
+        return metrics
+
+    def shutdown(self) -> None:
+        if "manager" in self.__dict__:
+            self.manager.close()
+        stopping = [actor.stop.remote() for actor in self.actors]
+        for actor, stopped in zip(self.actors, stopping):
+            try:
+                ray.get(stopped, timeout=ENGINE_STOP_TIMEOUT_S)
+            except ray.exceptions.RayActorError:
+                pass
+            except ray.exceptions.GetTimeoutError:
+                ray.kill(actor)
+
+    def _teacher_of(self, sample: Sample) -> str | None:
+        return self.routes.get(sample.metadata.get("source", SINGLE_SOURCE))
+
+
+def _check_vocabularies(student_path: str, teachers: Sequence[Teacher]) -> None:
+    """A teacher scores the student's token ids: it must read them as the same tokens."""
+    student = load_tokenizer(student_path).get_vocab()
+    for teacher in teachers:
+        if load_tokenizer(teacher.model_path).get_vocab() != student:
+            raise ValueError(
+                f"teacher {teacher.name!r} ({teacher.model_path}) has another tokenizer than the student ({student_path}); "
+                f"a teacher scores the student's token ids, so it must share the student's vocabulary"
+            )
