@@ -11,6 +11,8 @@ from pathlib import Path
 from loongsage.config import LoggingConfig
 from loongsage.sample import Sample
 
+REVERSE_KL = "teacher/reverse_kl/"
+
 
 class Monitor:
     def __init__(self, cfg: LoggingConfig, run_dir: Path, total_steps: int, start_step: int):
@@ -55,9 +57,14 @@ class Monitor:
         eta = elapsed / done * (self.total_steps - step) if done else 0.0
         # Only when some grading broke: then a reward of 0 may not be the model's.
         grading_errors = metrics.get("rollout/grading_errors", 0.0)
+        # With teachers: each one's reverse KL, the number distillation drives down.
+        teachers = "".join(
+            f" | kl({key.rsplit('/', 1)[1]}) {value:.3f}" for key, value in sorted(metrics.items()) if key.startswith(REVERSE_KL)
+        )
         return (
             f"step {step}/{self.total_steps} | reward {metrics.get('rollout/reward_mean', 0.0):.3f}"
             + (f" (grading errors {grading_errors:.0f})" if grading_errors else "")
+            + teachers
             + f" | len {metrics.get('rollout/response_len_mean', 0.0):.1f}"
             f" | loss {metrics.get('train/loss', 0.0):+.4f}"
             f" | k3 {metrics.get('train/mismatch_k3_kl', 0.0):.1e}"
@@ -78,6 +85,7 @@ class Monitor:
                     "label": sample.label,
                     "reward": sample.reward,
                     "advantage": sample.advantage,
+                    **({"teacher_advantage_mean": _mean(sample.token_advantages)} if sample.token_advantages else {}),
                     "finish_reason": sample.finish_reason,
                     "weight_version": sample.weight_versions[0] if sample.weight_versions else None,
                     **({"reward_error": sample.metadata["reward_error"]} if "reward_error" in sample.metadata else {}),
@@ -92,6 +100,10 @@ def _drop_lines_after(path: Path, step: int) -> None:
         return
     kept = [line for line in path.read_text(encoding="utf-8").splitlines() if line and json.loads(line)["step"] <= step]
     path.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
 
 
 def _clock(seconds: float) -> str:

@@ -46,6 +46,7 @@ def run(cfg: Config) -> Path | None:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
     log.info("run dir: %s", run_dir)
+    _prepare_models(cfg)
     stop = RunStop()
     with stop.ignored_by_children():
         slurm_ray = _init_ray(cfg)
@@ -83,6 +84,15 @@ def run(cfg: Config) -> Path | None:
     if not finished:
         _say_how_to_go_on(cfg, stop, run_dir)
     return run_dir
+
+
+def _prepare_models(cfg: Config) -> None:
+    """The student's and the teachers' model directories, each built first where it is missing
+    (a registry model converted, a teacher trained by its own run), before this run starts Ray."""
+    from loongsage.models import resolve_model_path
+
+    for name in [cfg.model.name, *(teacher.model for teacher in cfg.teachers.pool)]:
+        resolve_model_path(name)
 
 
 def resume_command(run_dir: Path) -> str:

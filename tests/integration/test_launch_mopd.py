@@ -70,6 +70,18 @@ def test_two_teachers_through_one_slot_and_a_resume(teacher_pool, tmp_path):
     assert steps == {1, 2, 3}
 
 
+def test_gkd_style_trains_on_the_teachers_top_k_with_every_teacher_resident(teacher_pool, tmp_path):
+    run_dir = tmp_path / "run"
+    gkd = ["algorithm.opd.style=gkd", "algorithm.opd.divergence=jsd", "algorithm.opd.top_k=8", "teachers.max_resident=0"]
+    result = launch(*overrides(teacher_pool, run_dir, steps=2), *gkd, timeout=600)
+    assert result.returncode == 0, result.stderr[-4000:]
+    logged = scalars(run_dir)
+    # the divergence over the teachers' top-8 is in the loss (JSD(0.5) is at most ln 2)
+    assert all(0 < logged["train/gkd_divergence"][step] < 0.7 for step in (1, 2))
+    assert logged["teacher/resident"][1] == 2 and logged["teacher/swaps"][1] == 0 == logged["teacher/swaps"][2]
+    assert logged["train/loss"][1] != logged["train/pg_loss"][1]
+
+
 def test_a_teacher_no_source_names_is_refused_before_anything_starts(teacher_pool, tmp_path):
     result = launch(*overrides(teacher_pool, tmp_path / "run", steps=1)[:3], mix(("add", "adder")), teacher_pool, timeout=120)
     assert result.returncode != 0

@@ -1,4 +1,4 @@
-"""Seeded synthetic arithmetic: sums and differences of small numbers.
+"""Seeded synthetic arithmetic: sums, differences (and, with operators "*", products) of small numbers.
 
 Sized so that a 135M chat model solves some but not all items, which gives GRPO
 groups with reward variance. Difficulty grows with `max_operand` and the number of terms.
@@ -90,13 +90,25 @@ def _draw_in_split(
 
 def _draw(rng: random.Random, max_operand: int, min_terms: int, max_terms: int, operators: str) -> tuple[str, int]:
     num_terms = rng.randint(min_terms, max_terms)
-    answer = rng.randint(0, max_operand)
-    expression = str(answer)
+    operands = [rng.randint(0, max_operand)]
+    chosen = []
     for _ in range(num_terms - 1):
-        operator, operand = rng.choice(operators), rng.randint(0, max_operand)
-        answer = answer + operand if operator == "+" else answer - operand
-        expression += f" {operator} {operand}"
-    return expression, answer
+        chosen.append(rng.choice(operators))
+        operands.append(rng.randint(0, max_operand))
+    expression = " ".join([str(operands[0]), *(f"{op} {value}" for op, value in zip(chosen, operands[1:]))])
+    return expression, _value(operands, chosen)
+
+
+def _value(operands: list[int], operators: list[str]) -> int:
+    """The expression's value with the usual precedence: products first, then left to right."""
+    total, term, sign = 0, operands[0], 1
+    for operator, operand in zip(operators, operands[1:]):
+        if operator == "*":
+            term *= operand
+            continue
+        total += sign * term
+        term, sign = operand, (1 if operator == "+" else -1)
+    return total + sign * term
 
 
 def _validate(
@@ -117,8 +129,8 @@ def _validate(
         problems.append(f"max_operand must be >= 1, got {max_operand}")
     if not 2 <= min_terms <= max_terms:
         problems.append(f"need 2 <= min_terms <= max_terms, got {min_terms} and {max_terms}")
-    if not operators or set(operators) - {"+", "-"}:
-        problems.append(f"operators must be a non-empty combination of '+' and '-', got {operators!r}")
+    if not operators or set(operators) - {"+", "-", "*"}:
+        problems.append(f"operators must be a non-empty combination of '+', '-' and '*', got {operators!r}")
     if not 0.0 < eval_fraction < 1.0:
         problems.append(f"eval_fraction must be in (0, 1), got {eval_fraction}")
     if problems:

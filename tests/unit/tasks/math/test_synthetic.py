@@ -54,6 +54,19 @@ def test_difficulty_knobs():
     assert max(int(x["label"]) for x in data) <= 20  # at most 4 terms of at most 5
 
 
+def test_products_take_precedence_over_sums():
+    data = SyntheticArithmetic(size=200, min_terms=3, max_terms=3, operators="+-*", allow_negative=True)
+    for item in data:
+        a, op1, b, op2, c = _question(item).removeprefix("What is ").split("?")[0].split()
+        value = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__}
+        if op2 == "*" and op1 != "*":
+            expected = value[op1](int(a), int(b) * int(c))
+        else:
+            expected = value[op2](value[op1](int(a), int(b)), int(c))
+        assert int(item["label"]) == expected, item
+    assert SyntheticArithmetic(size=50, operators="*")[0]["label"].isdigit()
+
+
 def test_negatives_when_allowed():
     data = SyntheticArithmetic(size=200, operators="-", allow_negative=True)
     assert any(int(x["label"]) < 0 for x in data)
@@ -65,7 +78,7 @@ def test_bad_parameters_are_named():
     with pytest.raises(ValueError, match="min_terms"):
         SyntheticArithmetic(min_terms=1)
     with pytest.raises(ValueError, match="operators"):
-        SyntheticArithmetic(operators="*")
+        SyntheticArithmetic(operators="/")
 
 
 def test_too_small_problem_space_fails_clearly():
