@@ -5,6 +5,7 @@ teacher on its own."""
 from __future__ import annotations
 
 import random
+import threading
 
 import pytest
 import torch
@@ -12,8 +13,10 @@ from transformers import AutoModelForCausalLM
 
 from loongsage.inference.client import EngineClient
 from loongsage.teachers import ScoreRequest, Teacher, TeacherManager
+from tests.integration.embedded_cli_support import engine_process
 from tests.integration.engine_support import running_engine
 from tests.integration.teacher_support import perturbed_model
+from tests.integration.test_engine_memory import llama_dir  # noqa: F401 - a fixture, see big_model
 
 NAMES = ("math", "code", "chat")
 
@@ -133,3 +136,50 @@ def test_bad_teacher_setups_and_requests_are_named(tiny_model_path, teachers):
     with pytest.raises(ValueError, match="no teacher named 'physics'; teachers: chat, code, math"):
         manager.score([ScoreRequest("physics", [1, 2], [3])])
     manager.close()
+
+
+def _anon_kb(pid: int) -> int:
+    """Anonymous resident memory: the process's own, not the page cache it maps (a teacher's
+    memory-mapped files count in VmRSS while mapped, and are the kernel's to drop)."""
+    with open(f"/proc/{pid}/status") as status:
+        return int(next(line for line in status if line.startswith("RssAnon:")).split()[1])
+
+
+def test_a_teacher_leaving_its_slot_leaves_no_memory_behind(big_model, tmp_path):
+    """Four teachers of ~130 MB through one engine process: each swap writes the next teacher over
+    the last, one tensor at a time from its memory-mapped files, so the process never holds a
+    second teacher, not even during a swap (its anonymous memory, polled every few ms)."""
+    path, weight_bytes = big_model
+    names = ["t0", "t1", "t2", "t3"]
+    folders = [str(perturbed_model(path, tmp_path / name, seed, scale=0.01)) for seed, name in enumerate(names)]
+    with engine_process(folders[0], tmp_path / "engine.log", "--context-length", "64", "--weight-version", "t0") as engine:
+        client = EngineClient(engine.base_url, timeout=120)
+        manager = TeacherManager([Teacher(n, f) for n, f in zip(names, folders)], [client], resident=["t0"])
+        ask = [ScoreRequest(n, [1, 5, 9], [200, 7]) for n in names]
+        manager.score(ask[:1])
+        one_teacher_kb = _anon_kb(engine.proc.pid)
+        peak_kb, done = [one_teacher_kb], threading.Event()
+
+        def poll() -> None:
+            while not done.wait(0.003):
+                peak_kb.append(_anon_kb(engine.proc.pid))
+
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        scores = manager.score(ask[1:])
+        done.set()
+        poller.join()
+        now_kb = _anon_kb(engine.proc.pid)
+        manager.close()
+        client.close()
+    assert manager.stats.swaps == 3 and [s.teacher for s in scores] == names[1:]
+    assert len({tuple(s.logprobs) for s in scores}) == 3  # three different teachers answered
+    weight_kb = weight_bytes // 1024
+    assert now_kb - one_teacher_kb < weight_kb // 4, (one_teacher_kb, now_kb, weight_kb)
+    assert max(peak_kb) - one_teacher_kb < weight_kb // 4, (one_teacher_kb, max(peak_kb), weight_kb)
+
+
+@pytest.fixture
+def big_model(request) -> tuple[str, int]:
+    """test_engine_memory's ~130 MB random Llama (dir, bytes of its weights)."""
+    return request.getfixturevalue("llama_dir")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from loongsage.cluster.bootstrap import FIRST_ENGINE_PORT, FIRST_PORT, PORTS_PER_JOB
+from tests.integration.teacher_support import perturbed_model
 from tests.integration.test_launch import scalars
 from tests.paths import REPO_ROOT
 
@@ -115,6 +116,33 @@ def test_bootstrap_inside_a_job_registers_the_allocation(slurm, tmp_path):
     out = (tmp_path / f"slurm-{job_id}.out").read_text()
     # On whichever node of the test cluster Slurm chose.
     assert re.search(rf"ray up on job {job_id}: 1 node\(s\) \S+; GPU 2 ", out), out[-3000:]
+
+
+def test_a_teacher_engine_on_the_teacher_role_gpu(slurm, tmp_path, tiny_model_path):
+    """roles.teacher.gpus=1: the teacher's engine (rollout.engine=sglang, like the student's) serves
+    on the allocation's teacher device, not the trainer's and rollout's, and scores every step."""
+    run_dir = tmp_path / "run"
+    teacher = perturbed_model(tiny_model_path, tmp_path / "teacher", seed=0)
+    server = REPO_ROOT / "tests" / "slurm" / "serve_embedded_showing_devices.py"
+    layout = [
+        "rollout.engine=sglang",
+        f"rollout.sglang.command=[{sys.executable},{server}]",
+        "roles.trainer.gpus=1",
+        "roles.rollout.gpus=1",
+        "roles.teacher.gpus=1",
+        f"teachers.pool=[{{name: t, model: '{teacher}'}}]",
+        "data.teacher=t",
+    ]
+    result = _launch_on_slurm(tmp_path, *layout)
+    assert result.returncode == 0, result.stderr[-4000:]
+    _assert_trained(run_dir)
+    logged = scalars(run_dir)
+    assert sorted(logged["teacher/reverse_kl/t"]) == [1, 2] and logged["teacher/samples"][1] == 4
+    # the student's engine (index 0) on the colocated trainer's device, the teacher's (index 1) on its own
+    student, teaching = ((run_dir / "engines" / f"engine-{i}.log").read_text() for i in (0, 1))
+    devices = [re.findall(r"^CUDA_VISIBLE_DEVICES=(\S+)$", log, re.MULTILINE)[0] for log in (student, teaching)]
+    assert len(set(devices)) == 2, devices
+    assert f"--model-path {teacher}" in teaching and "--weight-version t" in teaching, teaching[-2000:]
 
 
 def test_megatron_tensor_parallel_trainer_on_the_allocations_gpus(slurm, tmp_path):

@@ -16,7 +16,7 @@ from loongsage.inference.embedded.protocol import Limits, build_response, parse_
 from loongsage.inference.embedded.request import Sequence
 from loongsage.inference.embedded.scheduler import Scheduler
 from loongsage.inference.embedded.staging import StagedWeights
-from loongsage.inference.embedded.weights import apply_named_tensors, load_model, read_safetensors
+from loongsage.inference.embedded.weights import DiskTensors, apply_named_tensors, load_model
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ class Engine:
         return dropped
 
     def update_weights_from_disk(self, model_path: str, weight_version: str | None) -> None:
-        self.update_weights(read_safetensors(model_path), weight_version)
+        self.update_weights(DiskTensors(model_path), weight_version)
         self.model_path = str(model_path)
 
     def release_memory(self, tags: tuple[str, ...]) -> None:

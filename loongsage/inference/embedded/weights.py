@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -20,15 +20,33 @@ class WeightError(ValueError):
         self.name, self.kind = name, kind
 
 
+class DiskTensors:
+    """The named tensors of an HF directory's safetensors, read one at a time as iterated: loading
+    a model (or swapping a teacher into an engine) then holds one tensor beyond the model, not a
+    second copy of it. `shapes()` reads only the files' headers."""
+
+    def __init__(self, model_dir: str | Path):
+        self.files = sorted(Path(model_dir).glob("*.safetensors"))
+        if not self.files:
+            raise FileNotFoundError(f"no *.safetensors files in {model_dir}")
+
+    def shapes(self) -> list[tuple[str, list[int]]]:
+        shapes = []
+        for path in self.files:
+            with safe_open(str(path), framework="pt") as f:
+                shapes.extend((name, f.get_slice(name).get_shape()) for name in f.keys())
+        return shapes
+
+    def __iter__(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for path in self.files:
+            with safe_open(str(path), framework="pt") as f:
+                for name in f.keys():
+                    yield name, f.get_tensor(name)
+
+
 def read_safetensors(model_dir: str | Path) -> list[tuple[str, torch.Tensor]]:
-    files = sorted(Path(model_dir).glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"no *.safetensors files in {model_dir}")
-    named = []
-    for path in files:
-        with safe_open(str(path), framework="pt") as f:
-            named.extend((name, f.get_tensor(name)) for name in f.keys())
-    return named
+    """Every tensor at once (tests and benches that keep them)."""
+    return list(DiskTensors(model_dir))
 
 
 def load_model(model_dir: str | Path, dtype: torch.dtype = torch.float32) -> LlamaModel:
@@ -42,8 +60,7 @@ def load_model(model_dir: str | Path, dtype: torch.dtype = torch.float32) -> Lla
     model.inv_freq = rope_inv_freq(cfg)
     model.requires_grad_(False)
     model.fuse_projections()
-    named = read_safetensors(model_dir)
-    loaded = apply_named_tensors(model, named)
+    loaded = apply_named_tensors(model, DiskTensors(model_dir))
     missing = [n for n, p in model.named_parameters() if id(p) not in loaded]
     if missing:
         raise WeightError(f"{model_dir}: checkpoint lacks {len(missing)} parameters, e.g. {missing[0]}", missing[0])
@@ -53,16 +70,22 @@ def load_model(model_dir: str | Path, dtype: torch.dtype = torch.float32) -> Lla
 def apply_named_tensors(model: LlamaModel, named: Iterable[tuple[str, torch.Tensor]]) -> set[int]:
     """Copy each tensor into the parameter of the same HF name.
 
-    Everything is validated before the first copy so that a bad bucket leaves the model
-    untouched. Returns the ids of the parameters written.
+    Every name and shape is validated before the first copy so that a bad bucket leaves the
+    model untouched (DiskTensors: from the files' headers, the tensors then read one at a time).
+    Returns the ids of the parameters written.
     """
     params = dict(model.named_parameters(remove_duplicate=False))
-    named = list(named)
-    check_shapes(model, [(name, tensor.shape) for name, tensor in named])
+    if isinstance(named, DiskTensors):
+        check_shapes(model, named.shapes(), params)
+    else:
+        named = list(named)
+        check_shapes(model, [(name, tensor.shape) for name, tensor in named], params)
+    written = set()
     with torch.no_grad():
         for name, tensor in named:
             params[name].copy_(tensor)
-    return {id(params[name]) for name, _ in named}
+            written.add(id(params[name]))
+    return written
 
 
 def check_shapes(model: LlamaModel, named_shapes: Iterable[tuple[str, Sequence[int]]], params: dict | None = None) -> None:
