@@ -195,14 +195,7 @@ class RolloutGroup:
         NoEngineAvailable rather than waiting for the engine to come back."""
         if "roster" in self.__dict__:
             self.roster.close()
-        stopping = [actor.stop.remote() for actor in self.actors]
-        for actor, stopped in zip(self.actors, stopping):
-            try:
-                ray.get(stopped, timeout=ENGINE_STOP_TIMEOUT_S)
-            except ray.exceptions.RayActorError:
-                pass  # already dead: nothing to stop (the run says which engine died)
-            except ray.exceptions.GetTimeoutError:
-                ray.kill(actor)  # hung (or stopped by a debugger): it must not hold the run's exit
+        stop_engines(self.actors)
         self._requests.close(last=self._close_clients())
 
     def dead_engines(self) -> list[str]:
@@ -291,6 +284,18 @@ class RolloutGroup:
     def _decode(self, ids: list[int]) -> str:
         with self._tokenizer_lock:
             return self._tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def stop_engines(actors: list) -> None:
+    """Stop every engine actor at once, waiting a bounded time for each."""
+    stopping = [actor.stop.remote() for actor in actors]
+    for actor, stopped in zip(actors, stopping):
+        try:
+            ray.get(stopped, timeout=ENGINE_STOP_TIMEOUT_S)
+        except ray.exceptions.RayActorError:
+            pass  # already dead: nothing to stop (the run says which engine died)
+        except ray.exceptions.GetTimeoutError:
+            ray.kill(actor)  # hung (or stopped by a debugger): it must not hold the run's exit
 
 
 def engine_cfg(

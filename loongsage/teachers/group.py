@@ -18,7 +18,7 @@ import ray
 from loongsage.config import Config
 from loongsage.config.teacher_rules import resident_slots, teacher_routes
 from loongsage.controller.data_stream import SINGLE_SOURCE
-from loongsage.controller.rollout import ENGINE_STOP_TIMEOUT_S, EngineSeats, engine_cfg
+from loongsage.controller.rollout import EngineSeats, engine_cfg, stop_engines
 from loongsage.inference.client import EngineClient
 from loongsage.models import load_tokenizer, resolve_model_path
 from loongsage.sample import Sample
@@ -93,14 +93,7 @@ class TeacherGroup:
     def shutdown(self) -> None:
         if "manager" in self.__dict__:
             self.manager.close()
-        stopping = [actor.stop.remote() for actor in self.actors]
-        for actor, stopped in zip(self.actors, stopping):
-            try:
-                ray.get(stopped, timeout=ENGINE_STOP_TIMEOUT_S)
-            except ray.exceptions.RayActorError:
-                pass
-            except ray.exceptions.GetTimeoutError:
-                ray.kill(actor)
+        stop_engines(self.actors)
 
     def _teacher_of(self, sample: Sample) -> str | None:
         return self.routes.get(sample.metadata.get("source", SINGLE_SOURCE))

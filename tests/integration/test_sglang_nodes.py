@@ -10,14 +10,13 @@ import os
 import re
 import signal
 import sys
-import time
 
 import pytest
 import ray
 
 from loongsage.inference.client import EngineClient
 from loongsage.inference.engines import engine_actor
-from tests.unit.inference.sglang.test_process import running
+from tests.integration.test_sglang_actor import _gone, _status_when
 
 EMBEDDED = [sys.executable, "-m", "loongsage.inference.embedded"]
 STARTUP_TIMEOUT_S = 180.0
@@ -26,22 +25,6 @@ STARTUP_TIMEOUT_S = 180.0
 @pytest.fixture(scope="module")
 def actor_class(ray_runtime):
     return engine_actor("sglang")
-
-
-def _status_when(actor, predicate, timeout_s: float = STARTUP_TIMEOUT_S) -> dict:
-    deadline = time.monotonic() + timeout_s
-    status = ray.get(actor.status.remote(), timeout=30)
-    while not predicate(status) and time.monotonic() < deadline:
-        time.sleep(0.2)
-        status = ray.get(actor.status.remote(), timeout=30)
-    return status
-
-
-def _gone(pid: int, timeout_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while running(pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return not running(pid)
 
 
 def test_an_engine_over_two_nodes_serves_and_restarts_both_node_ranks_together(actor_class, tiny_model_path, tmp_path):
