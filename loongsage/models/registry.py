@@ -16,14 +16,8 @@ MODELS: Registry[Callable[[], Path]] = Registry("model")
 MODELS.register(DEFAULT_MODEL, smollm2_dir)
 MODELS.register("tiny", tiny_dir)
 # The mopd recipe's teachers: made on this machine by loongsage.teachers.make when missing.
-MODELS.register("teacher-sum", lambda: _teacher("sum"))
-MODELS.register("teacher-product", lambda: _teacher("product"))
-
-
-def _teacher(name: str) -> Path:
-    from loongsage.teachers.make import teacher_model
-
-    return teacher_model(name)
+MODELS.register_lazy("teacher-sum", "loongsage.teachers.make:teacher_sum")
+MODELS.register_lazy("teacher-product", "loongsage.teachers.make:teacher_product")
 
 
 def resolve_model_path(name_or_path: str) -> Path:

@@ -49,6 +49,14 @@ def teacher_model(name: str) -> Path:
     return model_dir
 
 
+def teacher_sum() -> Path:
+    return teacher_model("sum")
+
+
+def teacher_product() -> Path:
+    return teacher_model("product")
+
+
 def make(name: str, force: bool = False) -> Path:
     if name not in RECIPES:
         raise ValueError(f"no teacher recipe {name!r}; known: {', '.join(RECIPES)}")
