@@ -91,8 +91,12 @@ def _prepare_models(cfg: Config) -> None:
     (a registry model converted, a teacher trained by its own run), before this run starts Ray."""
     from loongsage.models import resolve_model_path
 
-    for name in [cfg.model.name, *(teacher.model for teacher in cfg.teachers.pool)]:
-        resolve_model_path(name)
+    resolve_model_path(cfg.model.name)
+    for index, teacher in enumerate(cfg.teachers.pool):
+        try:
+            resolve_model_path(teacher.model)
+        except ValueError as exc:  # its message names model.name, the student's field
+            raise ValueError(f"teachers.pool[{index}].model ({teacher.name}): {exc}") from None
 
 
 def resume_command(run_dir: Path) -> str:
