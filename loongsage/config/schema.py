@@ -204,9 +204,14 @@ class TeachersConfig:
     (loongsage.teachers). A data source names its teacher (data.teacher, data.mix[].teacher)."""
 
     pool: list[TeacherEntry] = field(default_factory=list)
-    # Teacher engines holding weights at once; the other teachers wait as files on disk and are
-    # swapped in (SGLang's /update_weights_from_disk) when their samples come. 0: one per teacher.
+    # Teacher engines holding weights at once; the other teachers are swapped in when their
+    # samples come. 0: one per teacher.
     max_resident: int = 0
+    # Where a teacher waits while it is not resident: `disk`, its files (the engine loads them,
+    # SGLang's /update_weights_from_disk; page cache, no process memory), or `host`, a copy in
+    # host memory (pinned on a GPU node) pushed into the engine by TransferMesh, a DMA and CUDA IPC
+    # on a GPU instead of a read into pageable memory. Read only when some teacher is not resident.
+    offload: str = "disk"
 
 
 @dataclass

@@ -12,6 +12,7 @@ from dataclasses import fields
 from loongsage.config.schema import Config, OpdConfig
 
 OPD_STYLES = ("pg", "gkd")
+OFFLOADS = ("disk", "host")  # where a teacher waits while not resident (teachers/loaders.py)
 # The opd fields each style reads besides style and coef.
 _READ_BY = {"pg": set(), "gkd": {"divergence", "top_k"}}
 
@@ -48,6 +49,13 @@ def _pool_problems(cfg: Config) -> list[str]:
             problems.append(f"{where}.model is empty: a registry name or a Hugging Face directory")
     if cfg.teachers.max_resident < 0:
         problems.append(f"teachers.max_resident={cfg.teachers.max_resident} must be >= 0 (0: every teacher resident)")
+    if cfg.teachers.offload not in OFFLOADS:
+        problems.append(f"teachers.offload={cfg.teachers.offload!r} is not one of {', '.join(OFFLOADS)}")
+    elif cfg.teachers.offload != "disk" and resident_slots(cfg) == len(cfg.teachers.pool):
+        problems.append(
+            f"teachers.offload={cfg.teachers.offload} is read only when some teacher is not resident, and all "
+            f"{len(cfg.teachers.pool)} are (teachers.max_resident={cfg.teachers.max_resident}): lower max_resident, or drop it"
+        )
     return problems
 
 

@@ -170,9 +170,9 @@ class Controller:
         return TeacherGroup(
             self.cfg,
             model_path,
+            self.run_dir,
             ray_options=[seat.actor_options() for seat in seats] or None,
             gpus=[list(seat.gpus) for seat in seats] or None,
-            log_dir=str(self.run_dir / "engines"),
         )
 
     def _rollout_source(self, model_path: str) -> RolloutSource:

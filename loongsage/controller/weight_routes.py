@@ -41,21 +41,42 @@ def plan_weight_routes(
     """`sources`: trainer rank -> (host, GPUs) of each rank that holds a full replica once a push
     has gathered the weights (`TrainGroup.weight_sources`). The plan, and the relay actors it
     started (`stop_relays` at shutdown)."""
-    topology = _loopback_is_here(TopologyModel(probe_ray_cluster()).with_ray_nodes(ray.nodes()))
+    topology = probed_topology()
     senders = [
-        Endpoint(source_name(rank), "source", host, _probed_gpus(topology, host, gpus)) for rank, (host, gpus) in sources.items()
+        Endpoint(source_name(rank), "source", host, probed_gpus(topology, host, gpus)) for rank, (host, gpus) in sources.items()
     ]
+    transports = None if weight_sync == "mesh" else {weight_sync}
+    return plan_pushes(
+        topology, senders, engine_urls, engine_gpus, transports, run_dir / PLAN_FILE, f"trainer.weight_sync={weight_sync}"
+    )
+
+
+def plan_pushes(
+    topology: TopologyModel,
+    senders: list[Endpoint],
+    engine_urls: list[str],
+    engine_gpus: list[list[int]] | None,
+    transports: set[str] | None,
+    plan_path: Path,
+    what: str,
+) -> tuple[Plan, list]:
+    """The route plan from `senders` to the engines at `engine_urls` (each on `engine_gpus[i]`),
+    with its relays started; written to `plan_path` and logged under `what`."""
     engines = []
     for i, url in enumerate(engine_urls):
         host = urlparse(url).hostname or ""
-        gpus = _probed_gpus(topology, host, engine_gpus[i] if engine_gpus else [])
+        gpus = probed_gpus(topology, host, engine_gpus[i] if engine_gpus else [])
         engines.append(Endpoint(f"engine/{i}", "engine", host, gpus, url))
-    transports = None if weight_sync == "mesh" else {weight_sync}
     plan = plan_routes(topology, senders, engines, transports)
     plan, relays = _start_relays(plan, topology)
-    (run_dir / PLAN_FILE).write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
-    log.info("trainer.weight_sync=%s:\n%s", weight_sync, plan.render())
+    plan_path.write_text(json.dumps(plan.to_dict(), indent=2) + "\n")
+    log.info("%s:\n%s", what, plan.render())
     return plan, relays
+
+
+def probed_topology() -> TopologyModel:
+    """Every Ray node probed; engines serving on 127.0.0.1 are on this controller's node."""
+    return _loopback_is_here(TopologyModel(probe_ray_cluster()).with_ray_nodes(ray.nodes()))
 
 
 def _start_relays(plan: Plan, topology: TopologyModel) -> tuple[Plan, list]:
@@ -86,7 +107,7 @@ def stop_relays(relays: list) -> None:
         ray.kill(relay)
 
 
-def _probed_gpus(topology: TopologyModel, host: str, gpus: list[int]) -> tuple[int, ...]:
+def probed_gpus(topology: TopologyModel, host: str, gpus: list[int]) -> tuple[int, ...]:
     """A seat's devices, where the probe of its host found GPUs. Where it found none (Slurm's fake
     GPUs in the CI's test cluster) the process there runs on the CPU: a CPU endpoint to the planner."""
     try:

@@ -3,13 +3,15 @@ here and SGLang servers on a cluster's `roles.teacher.gpus`), scored through a T
 and the routing of each sample to its data source's teacher.
 
 The slots start on the first teachers of teachers.pool (their engines load those weights,
-labelled with the teachers' names); the others are swapped in when their samples come.
+labelled with the teachers' names); the others are swapped in when their samples come, from
+their files or, with teachers.offload=host, from a TeacherStore actor on the first slot's node.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import cached_property
+from pathlib import Path
 
 import ray
 
@@ -20,6 +22,7 @@ from loongsage.controller.rollout import EngineSeats, engine_cfg, stop_engines
 from loongsage.inference.client import EngineClient
 from loongsage.models import load_tokenizer, resolve_model_path
 from loongsage.sample import Sample
+from loongsage.teachers.loaders import DiskLoader, HostLoader, TeacherLoader
 from loongsage.teachers.manager import Teacher, TeacherManager
 from loongsage.teachers.scoring import ScoreRequest
 from loongsage.teachers.signal import apply_scores
@@ -27,15 +30,16 @@ from loongsage.teachers.signal import apply_scores
 
 class TeacherGroup:
     """`ray_options`: each slot's Ray actor options (its `roles.teacher` seat), None: Ray's
-    defaults on this machine; `gpus`: each slot's devices (SGLang's CUDA_VISIBLE_DEVICES)."""
+    defaults on this machine; `gpus`: each slot's devices (SGLang's CUDA_VISIBLE_DEVICES);
+    `run_dir`: where the engines' logs (engines/) and a teacher store's route plan go."""
 
     def __init__(
         self,
         cfg: Config,
         student_path: str,
+        run_dir: Path,
         ray_options: Sequence[dict] | None = None,
         gpus: list[list[int]] | None = None,
-        log_dir: str | None = None,
     ):
         from loongsage.inference.engines import engine_actor
 
@@ -47,7 +51,9 @@ class TeacherGroup:
         engine = engine_actor(cfg.rollout.engine)
         # SGLang slots take the indices after the rollout engines': their own ports and log files.
         first_index = cfg.rollout.num_engines
-        seats = EngineSeats(gpus=[[gpu] for gpu in gpus] if gpus else None, log_dir=log_dir)
+        self.gpus = gpus
+        self.run_dir = run_dir
+        seats = EngineSeats(gpus=gpus, log_dir=str(run_dir / "engines"))
         self.actors = [
             engine.options(**(ray_options[slot] if ray_options else {})).remote(
                 teacher.model_path,
@@ -58,13 +64,35 @@ class TeacherGroup:
         ]
         self._started = [actor.start.remote() for actor in self.actors]
         self._timeout_s = cfg.rollout.request_timeout_s
+        waiting = slots < len(self.teachers)  # some teacher is swapped in when its samples come
+        self.store = _start_store(self.teachers, ray_options, gpus) if waiting and cfg.teachers.offload == "host" else None
+        self._relays: list = []
 
     @cached_property
     def manager(self) -> TeacherManager:
         clients = [EngineClient(url, timeout=self._timeout_s) for url in ray.get(self._started)]
         top_k = self.opd.top_k if self.opd.style == "gkd" else 0
         resident = [teacher.name for teacher in self.teachers[: len(clients)]]
-        return TeacherManager(self.teachers, clients, top_k=top_k, resident=resident)
+        return TeacherManager(self.teachers, clients, top_k=top_k, resident=resident, loader=self._loader(clients))
+
+    def _loader(self, slots: list[EngineClient]) -> TeacherLoader:
+        """The disk loader, or the store's once its routes to the slots are planned."""
+        if self.store is None:
+            return DiskLoader()
+        from loongsage.controller.weight_routes import plan_pushes, probed_gpus, probed_topology
+        from loongsage.teachers.store import PLAN_FILE, STORE
+        from loongsage.transfer.routes import Endpoint
+
+        topology = probed_topology()
+        host = ray.get(self.store.address.remote())
+        store_gpus = probed_gpus(topology, host, self.gpus[0][:1] if self.gpus else [])
+        sender = Endpoint(STORE, "source", topology.host(host), store_gpus)
+        urls = [slot.base_url for slot in slots]
+        plan, self._relays = plan_pushes(
+            topology, [sender], urls, self.gpus, None, self.run_dir / PLAN_FILE, "teachers.offload=host"
+        )
+        ray.get(self.store.set_plan.remote(plan.to_dict()))
+        return HostLoader(self.store)
 
     def score(self, samples: Sequence[Sample]) -> dict[str, float]:
         """Every sample whose data source has a teacher gets that teacher's signal (see signal.py);
@@ -91,6 +119,28 @@ class TeacherGroup:
         if "manager" in self.__dict__:
             self.manager.close()
         stop_engines(self.actors)
+        if self.store is not None:
+            from loongsage.controller.weight_routes import stop_relays
+
+            stop_relays(self._relays)
+            ray.kill(self.store)
+
+
+def _start_store(teachers: Sequence[Teacher], ray_options: Sequence[dict] | None, gpus: list[list[int]] | None):
+    """The TeacherStore actor, on the first slot's node (its seat's placement group, asking for no
+    share of it) where slots are placed; it stages pinned buckets through that slot's GPU, which
+    it sees by physical index, as a relay does."""
+    from loongsage.teachers.store import TeacherStore
+
+    options: dict = {"num_cpus": 0}
+    if ray_options:
+        options.update(
+            scheduling_strategy=ray_options[0]["scheduling_strategy"],
+            num_gpus=0,
+            runtime_env={"env_vars": {"RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1"}},
+        )
+    gpu = gpus[0][0] if gpus else None
+    return ray.remote(TeacherStore).options(**options).remote({t.name: t.model_path for t in teachers}, gpu)
 
 
 def _check_vocabularies(student_path: str, teachers: Sequence[Teacher]) -> None:

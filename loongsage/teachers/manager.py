@@ -2,28 +2,27 @@
 engine slots (`max_resident`), so the teacher count is bounded by host storage, not by the
 memory the engines hold.
 
-A teacher that is not resident is its HF directory: safetensors that the engine memory-maps when
-the teacher is swapped in (`/update_weights_from_disk`, labelled with the teacher's name as its
-weight version), so an idle teacher costs page cache, not process memory. A scoring call groups
-its samples by teacher so that each swap serves a whole group, runs the teachers already
-resident first (no swap), and assigns the others to the slot used longest ago. With a free slot
-the next teacher is loaded there while the current one scores; with one slot the next teacher's
-files are read ahead into the page cache instead. Every answer carries the weight version it was
-made under, and a score made by any weights but its teacher's fails (`scoring.score_batch`).
+A teacher that is not resident waits where its loader keeps it (`loaders.py`: as files on disk,
+or in host memory) and is swapped into a slot when its samples come. A scoring call groups its
+samples by teacher so that each swap serves a whole group, runs the teachers already resident
+first (no swap), and assigns the others to the slot used longest ago. With a free slot the next
+teacher is loaded there while the current one scores; with one slot the loader is told what
+comes next instead (the disk loader reads its files ahead into the page cache). Every answer
+carries the weight version it was made under, and a score made by any weights but its
+teacher's fails (`scoring.score_batch`).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from loongsage.inference.client import EngineClient
+from loongsage.teachers.loaders import DiskLoader, TeacherLoader
 from loongsage.teachers.scoring import ScoreRequest, TeacherScores, score_batch
 
 log = logging.getLogger(__name__)
@@ -51,9 +50,17 @@ class TeacherManager:
     weights they serve now; `resident`: the teachers the slots started with, slot by slot (their
     engines were launched on those teachers' weights, labelled with their names). `top_k`: how
     many of the teacher's most likely tokens each scored position returns (0: only the sampled
-    token's logprob, for PG-style distillation)."""
+    token's logprob, for PG-style distillation). `loader`: how a teacher gets into a slot
+    (teachers.offload; the slots load its files from disk by default)."""
 
-    def __init__(self, teachers: Sequence[Teacher], slots: Sequence[EngineClient], top_k: int = 0, resident: Sequence[str] = ()):
+    def __init__(
+        self,
+        teachers: Sequence[Teacher],
+        slots: Sequence[EngineClient],
+        top_k: int = 0,
+        resident: Sequence[str] = (),
+        loader: TeacherLoader | None = None,
+    ):
         names = [t.name for t in teachers]
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
@@ -63,6 +70,7 @@ class TeacherManager:
         self.teachers = {t.name: t for t in teachers}
         self.slots = list(slots)
         self.top_k = top_k
+        self.loader = loader or DiskLoader()
         self.stats = TeacherStats()
         if len(resident) > len(self.slots) or set(resident) - set(self.teachers):
             raise ValueError(
@@ -110,12 +118,12 @@ class TeacherManager:
 
     def _prefetch(self, name: str, busy: int) -> Future | None:
         """While slot `busy` scores: the next teacher loaded into a free or idle slot if there is
-        one (its future gives the slot); with none, its files read ahead into the page cache, and
-        it is swapped in once `busy` is done (None)."""
+        one (its future gives the slot); with none, the loader told it comes next (the disk
+        loader reads its files ahead), and it is swapped in once `busy` is done (None)."""
         if self._slot_of(name) is not None:
             return None
         if not self._idle_slots(busy):
-            _read_ahead(Path(self.teachers[name].model_path))
+            self.loader.read_ahead(self.teachers[name])
             return None
         return self._loader.submit(self._make_resident, name, busy)
 
@@ -125,7 +133,7 @@ class TeacherManager:
             slot = self._victim(busy)
             started = time.perf_counter()
             self._resident.pop(slot, None)
-            self.slots[slot].update_weights_from_disk(self.teachers[name].model_path, weight_version=name)
+            self.loader.load(self.slots[slot], self.teachers[name])
             self._resident[slot] = name
             self.stats.swaps += 1
             self.stats.swap_s += time.perf_counter() - started
@@ -144,18 +152,3 @@ class TeacherManager:
     def _victim(self, busy: int | None) -> int:
         idle = self._idle_slots(busy)
         return idle[0] if idle else busy
-
-
-def _read_ahead(model_dir: Path) -> None:
-    """Ask the kernel to read the teacher's weights into the page cache (no-op where unsupported)."""
-    for path in model_dir.glob("*.safetensors"):
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-        except (OSError, AttributeError):
-            pass
-        finally:
-            os.close(fd)

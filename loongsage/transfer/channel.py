@@ -30,6 +30,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Protocol
 
+import torch
+
 from loongsage.transfer.buckets import NamedTensors
 from loongsage.transfer.ipc_bucket import IpcBucket
 from loongsage.transfer.transports import pack_inline, pack_shm
@@ -105,7 +107,7 @@ class TensorChannel:
     def pack(self, bucket: NamedTensors, following: int | None = None) -> tuple[ExitStack, Callable[[], object]]:
         stack = ExitStack()
         if self.name == "cuda_ipc":
-            shared = IpcBucket(bucket)
+            shared = IpcBucket(_staged_on_gpu(bucket))
             stack.callback(shared.release)
             return stack, shared.serialize  # a dump per rank: SGLang's receivers count references per dump
         if self.name == "shm":
@@ -204,3 +206,15 @@ SHM_IN_FLIGHT = 2
 register_transport(Transport("shm", _open_tensor_channel("shm"), same_host_only=True, bucket_mb=256))
 register_transport(Transport("inline", _open_tensor_channel("inline"), same_host_only=False, bucket_mb=64))
 register_transport(Transport("cuda_ipc", _open_tensor_channel("cuda_ipc"), same_host_only=True, bucket_mb=512))
+
+
+def _staged_on_gpu(bucket: NamedTensors) -> NamedTensors:
+    """A bucket held in pinned host memory (a teacher store's) goes to this process's GPU by one
+    DMA and is read there over IPC: faster than the receivers copying from a shared segment of
+    pageable memory, and only the buckets in flight take GPU memory."""
+    if not any(tensor.device.type == "cpu" and tensor.is_pinned() for _, tensor in bucket):
+        return bucket
+    device = torch.device("cuda", torch.cuda.current_device())
+    staged = [(name, tensor.to(device, non_blocking=tensor.is_pinned())) for name, tensor in bucket]
+    torch.cuda.current_stream().synchronize()  # the receivers read it from another process
+    return staged

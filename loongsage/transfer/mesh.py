@@ -52,7 +52,7 @@ def execute_plan(
     source: str,
     named_tensors: Iterable[tuple[str, torch.Tensor]],
     engine_urls: list[str],
-    version: int,
+    version: int | str,
     sender_host: str,
     bucket_mb: float | None = None,
     pipelined: bool = True,
@@ -66,7 +66,9 @@ def execute_plan(
     )
 
 
-def run_update_round(plan: Plan, engine_urls: list[str], version: int, send: Callable[[list[str]], list[SourceReport]]) -> dict:
+def run_update_round(
+    plan: Plan, engine_urls: list[str], version: int | str, send: Callable[[list[str]], list[SourceReport]]
+) -> dict:
     """One update round (`update_round`): the sessions open, `send(skip)` runs every source's
     routes (`send_routes`; receivers in `skip` could not open theirs), then the relays close,
     every engine that got all its routes is committed to `version`, and the sessions close.

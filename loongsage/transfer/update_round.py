@@ -67,8 +67,9 @@ class UpdateRound:
                 unreached[engine] = f"through relay {url}: {why}"
         return unreached
 
-    def commit(self, version: int, engines: Sequence[str]) -> None:
-        """The version switch on `engines` (those that got every route); a refusal fails the engine."""
+    def commit(self, version: int | str, engines: Sequence[str]) -> None:
+        """The version switch on `engines` (those that got every route); a refusal fails the engine.
+        `version`: the trainer's step, or a teacher's name (teachers/store.py)."""
         for url in engines:
             client = self.engines[url]
             if url in self.failed:

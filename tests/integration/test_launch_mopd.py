@@ -1,6 +1,7 @@
 """Multi-teacher on-policy distillation through launch.py, tiny: two data sources, each with its
 own teacher (the tiny model perturbed two ways), a third source with none, and one resident
-teacher engine (teachers.max_resident=1), so every step swaps. Then a resume of the run."""
+teacher engine (teachers.max_resident=1), so every step swaps. Then a resume of the run, its
+teachers now held in host memory (teachers.offload=host) and pushed into the slot."""
 
 from __future__ import annotations
 
@@ -60,12 +61,16 @@ def test_two_teachers_through_one_slot_and_a_resume(teacher_pool, tmp_path):
     # per-domain reward, as for any mix
     assert {"rollout/reward_mean/add", "rollout/reward_mean/count", "rollout/reward_mean/plain"} <= set(logged)
 
-    # resumed from step 2's checkpoint, the run goes on scoring with both teachers
-    resumed = launch(*overrides(teacher_pool, run_dir, steps=3), "run.resume=true", timeout=600)
+    # resumed from step 2's checkpoint, the run goes on scoring with both teachers, the one not
+    # resident now pushed from a teacher store over the route the probed topology gives (shm)
+    resumed = launch(*overrides(teacher_pool, run_dir, steps=3), "run.resume=true", "teachers.offload=host", timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     assert "resumed from" in resumed.stdout + resumed.stderr
     logged = scalars(run_dir)
-    assert 3 in logged["teacher/reverse_kl/adder"] and 3 in logged["teacher/reverse_kl/counter"]
+    assert logged["teacher/reverse_kl/adder"][3] > 0.05 and logged["teacher/reverse_kl/counter"][3] > 0.05
+    assert logged["teacher/swaps"][3] == 1 and logged["teacher/samples"][3] == 4
+    plan = json.loads((run_dir / "teacher_transfer_plan.json").read_text())
+    assert [(r["sender"], r["transport"]) for r in plan["routes"]] == [("teacher-store", "shm")]
     steps = {json.loads(line)["step"] for line in (run_dir / "rollouts.jsonl").read_text().splitlines()}
     assert steps == {1, 2, 3}
 

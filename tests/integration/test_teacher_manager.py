@@ -11,8 +11,14 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from loongsage.cluster.topology import gather, probe_node
 from loongsage.inference.client import EngineClient
 from loongsage.teachers import ScoreRequest, Teacher, TeacherManager
+from loongsage.teachers.loaders import HostLoader
+from loongsage.teachers.store import STORE, TeacherStore
+from loongsage.transfer.planner import plan_routes
+from loongsage.transfer.routes import Endpoint
+from loongsage.transfer.topology_model import TopologyModel
 from tests.integration.embedded_cli_support import engine_process
 from tests.integration.engine_support import running_engine
 from tests.integration.teacher_support import perturbed_model
@@ -114,6 +120,34 @@ def test_one_slot_and_all_resident_give_the_same_log_probs(tiny_model_path, teac
             assert torch.allclose(torch.tensor(a.top_logprobs), torch.tensor(b.top_logprobs), atol=1e-6, rtol=0)
         swapping.close()
         resident.close()
+
+
+def test_teachers_held_in_host_memory_are_pushed_into_the_slot_and_score_as_from_disk(tiny_model_path, teachers, ray_runtime):
+    """teachers.offload=host: a TeacherStore actor holds every teacher and TransferMesh pushes the
+    one asked for into the slot (shm on this machine); the scores equal the disk loader's."""
+    asked = requests(6, seed=3)
+    store = ray_runtime.remote(TeacherStore).remote({t.name: t.model_path for t in teachers}, None)
+    with running_engine(tiny_model_path) as from_host, running_engine(tiny_model_path) as from_disk:
+        topology = TopologyModel(gather([probe_node(addresses=["127.0.0.1"])]))
+        engine = Endpoint("engine/0", "engine", "127.0.0.1", url=from_host.base_url)
+        plan = plan_routes(topology, [Endpoint(STORE, "source", "127.0.0.1")], [engine])
+        assert [route.transport for route in plan.routes] == ["shm"]
+        ray_runtime.get(store.set_plan.remote(plan.to_dict()))
+        host = TeacherManager(teachers, slots([from_host]), top_k=3, loader=HostLoader(store))
+        disk = TeacherManager(teachers, slots([from_disk]), top_k=3)
+        by_host, by_disk = host.score(asked), disk.score(asked)
+        assert host.stats.swaps == 3 and host.resident() == disk.resident()
+        for a, b in zip(by_host, by_disk):
+            assert a.teacher == b.teacher and a.top_ids == b.top_ids
+            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-6, rtol=0)
+            assert torch.allclose(torch.tensor(a.top_logprobs), torch.tensor(b.top_logprobs), atol=1e-6, rtol=0)
+        # the push committed the teacher's name as the slot's weight version
+        assert EngineClient(from_host.base_url).get_weight_version() == host.resident()[0]
+        with pytest.raises(ray_runtime.exceptions.RayTaskError, match="holds no teacher 'physics'"):
+            ray_runtime.get(store.push.remote("physics", from_host.base_url))
+        host.close()
+        disk.close()
+    ray_runtime.kill(store)
 
 
 def test_a_slot_swapped_behind_the_managers_back_fails_the_score(tiny_model_path, teachers):

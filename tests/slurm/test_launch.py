@@ -141,7 +141,7 @@ def test_a_teacher_engine_on_the_teacher_role_gpu(slurm, tmp_path, tiny_model_pa
     # the student's engine (index 0) on the colocated trainer's device, the teacher's (index 1) on its own
     student, teaching = ((run_dir / "engines" / f"engine-{i}.log").read_text() for i in (0, 1))
     devices = [re.findall(r"^CUDA_VISIBLE_DEVICES=(\S+)$", log, re.MULTILINE)[0] for log in (student, teaching)]
-    assert len(set(devices)) == 2, devices
+    assert len(set(devices)) == 2 and all(re.fullmatch(r"\d+(,\d+)*", d) for d in devices), devices
     assert f"--model-path {teacher}" in teaching and "--weight-version t" in teaching, teaching[-2000:]
 
 

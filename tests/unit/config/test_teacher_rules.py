@@ -105,3 +105,13 @@ def test_teacher_devices_hold_one_resident_engine_each():
     idle = Config()
     idle.roles.teacher.gpus = 1
     assert "roles.teacher.gpus=1 but teachers.pool is empty" in problems(idle)
+
+
+def test_teachers_offload_is_read_only_when_a_teacher_waits_off_its_slot():
+    cfg = with_teachers("math", "code")
+    cfg.teachers.offload = "ram"
+    assert "teachers.offload='ram' is not one of disk, host" in problems(cfg)
+    cfg.teachers.offload = "host"  # every teacher resident: nothing ever waits in host memory
+    assert "teachers.offload=host is read only when some teacher is not resident, and all 2 are" in problems(cfg)
+    cfg.teachers.max_resident = 1
+    check(cfg)

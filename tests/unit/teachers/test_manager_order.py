@@ -8,7 +8,7 @@ import time
 import pytest
 
 from loongsage.teachers import ScoreRequest, Teacher, TeacherManager
-from loongsage.teachers import manager as manager_module
+from loongsage.teachers.loaders import DiskLoader
 
 TEACHERS = [Teacher(name, f"/teachers/{name}") for name in ("a", "b", "c")]
 SCORE_S = 0.4  # a fake slot's time to score a batch
@@ -40,6 +40,16 @@ class FakeSlot:
         return answers
 
 
+class ReadAheadLog(DiskLoader):
+    """The disk loader (it asks the fake slot to load from disk), noting what it reads ahead."""
+
+    def __init__(self):
+        self.read = []
+
+    def read_ahead(self, teacher: Teacher) -> None:
+        self.read.append(teacher.name)
+
+
 def ask(*teachers: str) -> list[ScoreRequest]:
     return [ScoreRequest(t, [1, 2], [3 + i]) for i, t in enumerate(teachers)]
 
@@ -48,17 +58,16 @@ def events(log: list, kind: str) -> list[tuple]:
     return [entry for entry in log if entry[0] == kind]
 
 
-def test_one_slot_scores_the_resident_teacher_first_and_each_teacher_once(monkeypatch):
-    read_ahead = []
-    monkeypatch.setattr(manager_module, "_read_ahead", lambda path: read_ahead.append(path.name))
+def test_one_slot_scores_the_resident_teacher_first_and_each_teacher_once():
+    loader = ReadAheadLog()
     log: list = []
-    manager = TeacherManager(TEACHERS, [FakeSlot("s0", log, holding="b")], resident=["b"])
+    manager = TeacherManager(TEACHERS, [FakeSlot("s0", log, holding="b")], resident=["b"], loader=loader)
     scores = manager.score(ask("a", "b", "c", "a", "b"))
     # grouped: one call per teacher, the resident b first, then a and c in the order asked
     assert [(e[2], e[4]) for e in events(log, "score")] == [("b", 2), ("a", 2), ("c", 1)]
     assert [e[2] for e in events(log, "load")] == ["a", "c"] and manager.stats.swaps == 2
     # with no idle slot, the next teacher's files are read ahead while one scores
-    assert read_ahead == ["a", "c"]
+    assert loader.read == ["a", "c"]
     assert [s.teacher for s in scores] == ["a", "b", "c", "a", "b"]  # answers in request order
     assert manager.resident() == ["c"]
     manager.close()
