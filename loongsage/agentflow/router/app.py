@@ -1,6 +1,7 @@
 """The router's HTTP routes.
 
     POST /{trajectory_id}/{attempt}/v1/chat/completions   OpenAI Chat Completions
+    POST /{trajectory_id}/{attempt}/v1/responses          OpenAI Responses
     POST /{trajectory_id}/{attempt}/v1/messages           Anthropic Messages
     GET  /{trajectory_id}/{attempt}/v1/models
     ...  /v1/...                                          the same, anonymous: answered, not recorded
@@ -26,11 +27,12 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
-from loongsage.agentflow.router import anthropic_api, openai_api
+from loongsage.agentflow.router import anthropic_api, openai_api, responses_api
 from loongsage.agentflow.router.errors import RouterError
 from loongsage.agentflow.router.export import trajectory_json
 from loongsage.agentflow.router.ids import decode_segment
 from loongsage.agentflow.router.keys import presented_key
+from loongsage.agentflow.router.messages import Message
 from loongsage.agentflow.router.service import Router
 from loongsage.json_input import JsonInputError, read_json
 
@@ -66,6 +68,22 @@ def build_app(router: Router) -> FastAPI:
             return Response(stream, media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
         return JSONResponse(openai_api.completion_json(result, model), headers=headers)
 
+    async def responses(request: Request, trajectory_id: str | None, attempt: str):
+        body = await _json_body(request, router.cfg.max_body_bytes)
+        model, call = responses_api.parse_responses_request(body, router.model_names)
+        earlier = router.responses.conversation(trajectory_id, call.previous_response_id) if call.previous_response_id else ()
+        conversation = (*earlier, *call.chat.messages)
+        system = (Message("system", call.instructions),) if call.instructions else ()
+        call.chat.messages = [*system, *conversation]
+        result = await router.complete(trajectory_id, attempt, call.chat)
+        response_id = responses_api.new_response_id()
+        router.responses.keep(trajectory_id, response_id, (*conversation, responses_api.reply_message(result)))
+        headers = _turn_headers(trajectory_id, result)
+        if call.chat.stream:
+            stream = "".join(responses_api.response_stream(result, model, call, response_id))
+            return Response(stream, media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
+        return JSONResponse(responses_api.response_json(result, model, call, response_id), headers=headers)
+
     async def messages(request: Request, trajectory_id: str | None, attempt: str):
         model, chat = anthropic_api.parse_messages_request(
             await _json_body(request, router.cfg.max_body_bytes), router.model_names
@@ -84,6 +102,14 @@ def build_app(router: Router) -> FastAPI:
     @app.post("/v1/chat/completions", dependencies=authorized)
     async def anonymous_chat_completions(request: Request):
         return await chat_completions(request, None, ANONYMOUS_ATTEMPT)
+
+    @app.post("/{trajectory_id}/{attempt}/v1/responses")
+    async def trajectory_responses(request: Request, route: Route):
+        return await responses(request, *route)
+
+    @app.post("/v1/responses", dependencies=authorized)
+    async def anonymous_responses(request: Request):
+        return await responses(request, None, ANONYMOUS_ATTEMPT)
 
     @app.post("/{trajectory_id}/{attempt}/v1/messages")
     async def trajectory_messages(request: Request, route: Route):

@@ -55,7 +55,7 @@ def parse_chat_completion(body: Any, model_names: tuple[str, ...]) -> tuple[str,
     request = ChatRequest(
         messages=[_message(m, join("messages", i)) for i, m in enumerate(messages)],
         tools=tools,
-        parse_tool_calls=_tool_choice(body.get("tool_choice")) != "none",
+        parse_tool_calls=tool_choice_mode(body.get("tool_choice")) != "none",
         sampling=_sampling(body),
         stream=bool(get(body, "stream", bool)),
         include_usage=bool(get(stream_options, "include_usage", bool, "stream_options")),
@@ -146,7 +146,7 @@ def _tool(raw: Any, path: str) -> dict:
     return spec
 
 
-def _tool_choice(value: Any) -> str:
+def tool_choice_mode(value: Any) -> str:
     if value is None or value in ("auto", "required", "none"):
         return value or "auto"
     if isinstance(value, dict) and value.get("type") in ("function", "allowed_tools", "custom"):
@@ -168,14 +168,14 @@ def _sampling(body: dict) -> Sampling:
         max_tokens=in_range(max_tokens, 1, INT32_MAX, field),
         temperature=in_range(get(body, "temperature", float), 0, 2, "temperature"),
         top_p=in_range(get(body, "top_p", float), 0, 1, "top_p", low_open=True),
-        top_k=_top_k(get(body, "top_k", int)),
+        top_k=sampling_top_k(get(body, "top_k", int)),
         stop=tuple(stop or ()),
         seed=in_range(get(body, "seed", int), INT64_MIN, INT64_MAX, "seed"),
         ignore_eos=get(body, "ignore_eos", bool),
     )
 
 
-def _top_k(value: int | None) -> int | None:
+def sampling_top_k(value: int | None) -> int | None:
     if value is None or value in (-1, 0):
         return None if value is None else -1  # 0 and -1 both mean "off" across OpenAI-compatible servers
     return in_range(value, 1, INT32_MAX, "top_k")

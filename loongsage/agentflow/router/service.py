@@ -14,6 +14,7 @@ from loongsage.agentflow.router.errors import RouterError, bad_request
 from loongsage.agentflow.router.keys import Keys
 from loongsage.agentflow.router.messages import ChatRequest, Sampling, TurnResult
 from loongsage.agentflow.router.openai_api import parse_chat_completion
+from loongsage.agentflow.router.responses_api import ResponseHistory
 from loongsage.agentflow.router.store import TrajectoryStore
 from loongsage.agentflow.router.trajectory import Trajectory, Turn
 from loongsage.agentflow.router.turns import make_turn
@@ -46,6 +47,7 @@ class Router:
         self.tokenizer = tokenizer if tokenizer is not None else load_tokenizer(resolve_model_path(cfg.model))
         self.chat_format = get_chat_format(cfg.chat_format, self.tokenizer)
         self.store = TrajectoryStore()
+        self.responses = ResponseHistory()  # what previous_response_id continues (Responses API)
         self.engines = EnginePool(_roster(cfg, roster), cfg.request_timeout_s)
         self._max_context = cfg.max_context
         self._context_probe: asyncio.Future | None = None
