@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import agents
 import openai
 import pytest
 
@@ -153,3 +154,27 @@ def test_requests_the_router_cannot_honour_are_refused_by_field(router, engine, 
         client(router, "refused").responses.create(**body)
     assert error.value.body["param"] == param
     assert engine.requests == []  # nothing reached the engine
+
+
+def test_the_openai_agents_sdk_runs_a_function_tool_on_its_default_model_path(router, engine):
+    """openai-agents' default model is the Responses API: a run calls the tool, feeds its output
+    back, and ends on the model's answer, all recorded on one trajectory."""
+    agents.set_tracing_disabled(True)
+    called = []
+
+    @agents.function_tool
+    def get_weather(city: str) -> str:
+        """Current weather in a city."""
+        called.append(city)
+        return "sunny, 22C"
+
+    sdk_client = openai.AsyncOpenAI(base_url=router.url_for("sdk"), api_key=router.router.api_key, max_retries=0)
+    model = agents.OpenAIResponsesModel(model="tiny", openai_client=sdk_client)
+    agent = agents.Agent(name="weather", instructions="Be brief.", tools=[get_weather], model=model)
+    engine.say(WEATHER_CALL)
+    engine.say("It is sunny in Paris.")
+    result = agents.Runner.run_sync(agent, "Weather in Paris?")
+    assert called == ["Paris"] and result.final_output == "It is sunny in Paris."
+    (branch,) = get_trajectory(router, "sdk")["branches"]
+    assert len(branch["turns"]) == 2
+    assert "sunny, 22C" in engine.tokenizer.decode(engine.requests[1]["input_ids"])
