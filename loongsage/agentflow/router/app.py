@@ -3,12 +3,16 @@
     POST /{trajectory_id}/{attempt}/v1/chat/completions   OpenAI Chat Completions
     POST /{trajectory_id}/{attempt}/v1/responses          OpenAI Responses
     POST /{trajectory_id}/{attempt}/v1/messages           Anthropic Messages
+    POST /{trajectory_id}/{attempt}/v1/messages/count_tokens   Anthropic token counting
     GET  /{trajectory_id}/{attempt}/v1/models
     ...  /v1/...                                          the same, anonymous: answered, not recorded
     GET  /trajectories                                    ids of recorded trajectories
     GET  /trajectories/{id}                               a trajectory as JSON (branches, turns, ids, mask, ...)
     DELETE /trajectories/{id}
-    GET  /health                                          no key needed
+    GET  /health, /openapi.json                           no key needed
+
+Anthropic's routes answer under /v1/v1/ too: its client appends /v1/messages to the base URL,
+and users commonly hand it one that already ends in /v1 (as OpenAI clients want).
 
 `{trajectory_id}` and `{attempt}` are segments written by `ids.encode_segment` (so any id,
 `/`, `.` and `..` included, survives clients and servers). Every route but /health needs a
@@ -46,7 +50,7 @@ def build_app(router: Router) -> FastAPI:
         yield
         await router.engines.aclose()  # its async HTTP clients belong to this event loop
 
-    app = FastAPI(title="LoongSage router", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="LoongSage router", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.router = router
     started = int(time.time())
     authorized = [Depends(_admin_check)]
@@ -111,13 +115,31 @@ def build_app(router: Router) -> FastAPI:
     async def anonymous_responses(request: Request):
         return await responses(request, None, ANONYMOUS_ATTEMPT)
 
-    @app.post("/{trajectory_id}/{attempt}/v1/messages")
-    async def trajectory_messages(request: Request, route: Route):
-        return await messages(request, *route)
+    async def count_tokens(request: Request, trajectory_id: str | None, attempt: str):
+        body = await _json_body(request, router.cfg.max_body_bytes)
+        # max_tokens is required by /messages, not by count_tokens
+        counted = {**body, "max_tokens": 1} if isinstance(body, dict) else body
+        _, chat = anthropic_api.parse_messages_request(counted, router.model_names)
+        return {"input_tokens": router.count_prompt_tokens(trajectory_id, attempt, chat)}
 
-    @app.post("/v1/messages", dependencies=authorized)
-    async def anonymous_messages(request: Request):
-        return await messages(request, None, ANONYMOUS_ATTEMPT)
+    for prefix in ("/v1", "/v1/v1"):
+        alias = prefix != "/v1"
+
+        @app.post("/{trajectory_id}/{attempt}" + prefix + "/messages", include_in_schema=not alias)
+        async def trajectory_messages(request: Request, route: Route):
+            return await messages(request, *route)
+
+        @app.post(prefix + "/messages", dependencies=authorized, include_in_schema=not alias)
+        async def anonymous_messages(request: Request):
+            return await messages(request, None, ANONYMOUS_ATTEMPT)
+
+        @app.post("/{trajectory_id}/{attempt}" + prefix + "/messages/count_tokens", include_in_schema=not alias)
+        async def trajectory_count_tokens(request: Request, route: Route):
+            return await count_tokens(request, *route)
+
+        @app.post(prefix + "/messages/count_tokens", dependencies=authorized, include_in_schema=not alias)
+        async def anonymous_count_tokens(request: Request):
+            return await count_tokens(request, None, ANONYMOUS_ATTEMPT)
 
     @app.get("/{trajectory_id}/{attempt}/v1/models")
     async def trajectory_models(_: Route):
@@ -127,11 +149,11 @@ def build_app(router: Router) -> FastAPI:
     async def models():
         return openai_api.models_json(router.model_names, started)
 
-    @app.get("/trajectories", dependencies=authorized)
+    @app.get("/trajectories", dependencies=authorized, include_in_schema=False)
     async def trajectory_ids():
         return {"ids": router.store.ids()}
 
-    @app.get("/trajectories/{trajectory_id}", dependencies=authorized)
+    @app.get("/trajectories/{trajectory_id}", dependencies=authorized, include_in_schema=False)
     async def get_trajectory(trajectory_id: str):
         trajectory_id = decode_segment(trajectory_id, "trajectory_id")
         trajectory = router.store.get(trajectory_id)
@@ -139,7 +161,7 @@ def build_app(router: Router) -> FastAPI:
             raise RouterError(404, f"trajectory {trajectory_id!r} not found", "trajectory_id")
         return JSONResponse(trajectory_json(trajectory))  # skips FastAPI's slow walk over long id lists
 
-    @app.delete("/trajectories/{trajectory_id}", dependencies=authorized)
+    @app.delete("/trajectories/{trajectory_id}", dependencies=authorized, include_in_schema=False)
     async def delete_trajectory(trajectory_id: str):
         trajectory_id = decode_segment(trajectory_id, "trajectory_id")
         if router.store.pop(trajectory_id) is None:
@@ -154,7 +176,7 @@ def build_app(router: Router) -> FastAPI:
 
 
 def error_response(request: Request, error: RouterError) -> JSONResponse:
-    is_anthropic = request.url.path.endswith("/messages")
+    is_anthropic = request.url.path.endswith(("/messages", "/messages/count_tokens"))
     body = anthropic_api.error_json(error) if is_anthropic else openai_api.error_json(error)
     return JSONResponse(body, status_code=error.status)
 

@@ -94,6 +94,14 @@ class Router:
             turn=len(branch.turns) - 1,
         )
 
+    def count_prompt_tokens(self, trajectory_id: str | None, attempt: str, request: ChatRequest) -> int:
+        """The tokens `complete` would send as the prompt of this request (Anthropic's
+        count_tokens): rendered and planned on the trajectory as it stands, nothing recorded."""
+        trajectory = (self.store.get(trajectory_id) if trajectory_id is not None else None) or Trajectory(trajectory_id or "")
+        tools = request.tools if request.parse_tool_calls else []
+        rendered = self.chat_format.render(trajectory.substitute_replies(request.messages), tools)
+        return len(trajectory.plan(rendered, attempt, self._tokenize).prompt_ids)
+
     def demonstrate(self, trajectory_id: str, body: dict) -> Trajectory:
         """An OpenAI chat request's assistant messages recorded as if the model had sampled them
         (each ending on the end-of-turn token), through the same rendering and prompt planning as
