@@ -46,3 +46,8 @@ def ray_runtime():
         ray.init(address="local", num_cpus=8, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+    # Actors ray.kill-ed (their resource trackers with them) leave their pools' shared-memory
+    # segments; ray.shutdown has waited for every worker to exit, so all of theirs go now.
+    from loongsage.transfer.shm_owners import sweep_orphans
+
+    sweep_orphans()

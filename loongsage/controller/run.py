@@ -4,7 +4,8 @@ Shutdown order, the one place it is written (each step needs the ones after it s
 1. the controller's loop returns (finished, or stopped at a safe point: see stopping.py);
 2. `Controller.shutdown()`: generation stops, rollout threads end, the trainer's actors go;
 3. `ray.shutdown()`, then Slurm's Ray workers (when this run started them);
-4. whatever the run started and is still alive is killed (Ray's agents can outlive it);
+4. whatever the run started and is still alive is killed (Ray's agents can outlive it), and the
+   shared-memory segments of processes gone are unlinked (`transfer/shm_owners.py`);
 5. the signal handlers are put back, and a stopped run says how to go on and exits.
 """
 
@@ -23,6 +24,7 @@ from loongsage.config import Config
 from loongsage.controller.engine_failure import EngineDied
 from loongsage.controller.stopping import RunStop
 from loongsage.tasks.swe.preflight import PreflightError
+from loongsage.transfer.shm_owners import sweep_orphans
 
 # A run that stopped on the warning signal and saved; run it again (same run.dir) to go on.
 PREEMPTED_EXIT_CODE = 3
@@ -72,6 +74,11 @@ def run(cfg: Config) -> Path | None:
         if leftovers:
             # Routine (Ray's agents can outlive its shutdown), so not a warning: said, not alarmed.
             log.info("killed %d process(es) still running after Ray's shutdown: %s", len(leftovers), ", ".join(leftovers))
+        # The trainer's workers were ray.kill-ed (their resource trackers with them): their
+        # shared-memory segments are unlinked here, now that no process of the run is left.
+        orphans = sweep_orphans()
+        if orphans:
+            log.info("unlinked %d shared-memory segment(s) of processes gone: %s", len(orphans), ", ".join(orphans))
         stop.close()
     if isinstance(failure, PreflightError):
         log.error("%s", failure)

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 import psutil
 
 from loongsage.cluster.preemption import PreemptionNotice
+from loongsage.transfer.shm_owners import sweep_orphans
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 KILL_WAIT_S = 3.0  # for processes sent SIGTERM to end before they get SIGKILL
@@ -118,6 +119,7 @@ class RunStop:
         for stop_signal in STOP_SIGNALS:
             signal.signal(stop_signal, signal.SIG_IGN)  # a third press must not interrupt the kill
         _terminate(self._started_by_run(), wait_s=0.5)
+        sweep_orphans()  # the shared-memory segments of the trainer's workers just killed
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(128 + signum)

@@ -22,6 +22,7 @@ from multiprocessing import shared_memory
 
 import torch
 
+from loongsage.transfer import shm_owners
 from loongsage.transfer.buckets import NamedTensors
 from loongsage.transfer.layout import read_flat, table_of_contents, view_flat, write_flat
 from loongsage.transfer.sglang_payload import LOAD_FORMATS as SGLANG_LOAD_FORMATS
@@ -33,7 +34,9 @@ class SegmentPool:
     page fault, zeroing included, on every 4 KiB page its first bucket writes: about as much
     again as copying the bucket in. A segment goes back to the pool once every receiver has
     answered (they copy out before answering); at most `keep` wait there, and what is left is
-    unlinked at exit (or, after a crash, by multiprocessing's resource tracker).
+    unlinked at exit (or, after a crash, by multiprocessing's resource tracker). A segment is
+    named after this process (`shm_owners`): a kill that takes the tracker too (ray.kill, a
+    killed process group) leaves segments that the next pool to make one, or the run's end, unlinks.
 
     Sizes are rounded up to a power of two, so buckets of slightly different sizes reuse the
     same segments (and the receivers' mappings of them, `AttachedSegments`) push after push."""
@@ -50,8 +53,8 @@ class SegmentPool:
                 segment = min(fitting, key=lambda s: s.size)
                 self._free.remove(segment)
                 return segment
-        segment = shared_memory.SharedMemory(create=True, size=_rounded(size))
-        return segment
+        shm_owners.sweep_orphans()  # what killed owners left (a segment is made rarely: a listdir is nothing)
+        return shared_memory.SharedMemory(name=shm_owners.new_name(), create=True, size=_rounded(size))
 
     def give_back(self, segment: shared_memory.SharedMemory) -> None:
         with self._lock:
