@@ -32,6 +32,9 @@ class Generation:
     cached_tokens: int = 0
     seconds: float = 0.0  # waiting on the engine, all calls together
     text: str = ""  # the engine's decoded text of the last call only (callers that need it decode)
+    # Per output token, (token id, logprob) of the most likely tokens there, when the call asked
+    # for them (top_logprobs_num); empty otherwise.
+    top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
 
     @property
     def resumes(self) -> int:
@@ -52,6 +55,8 @@ async def generate_resumable(call: EngineCall, prompt_ids: list[int], params: di
         done.output_ids += ids
         done.logprobs += [entry[0] for entry in meta.get("output_token_logprobs", [])[: len(ids)]]
         done.versions += [version_number(meta.get("weight_version"))] * len(ids)
+        # SGLang's entries are [logprob, token id, text]; a position without them is null.
+        done.top_logprobs += [[(e[1], e[0]) for e in entry or ()] for entry in meta.get("output_top_logprobs", [])[: len(ids)]]
         done.finish = meta.get("finish_reason") or {"type": "stop"}
         done.text = response.get("text", "")
         if len(done.rids) == 1:

@@ -12,6 +12,8 @@ paths of the router must still be driven end to end over HTTP.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import httpx
@@ -21,6 +23,8 @@ from fastapi.responses import JSONResponse
 from loongsage.agentflow.router import Router, RouterConfig
 from loongsage.agentflow.router.server import RouterServer
 from loongsage.http_server import AppServer
+from loongsage.inference.embedded.engine import Engine
+from loongsage.inference.embedded.server import EmbeddedServer
 
 EOS = 2  # <|im_end|> of SmolLM2's tokenizer
 
@@ -58,6 +62,20 @@ class RecordingProxy:
 
     def stop(self) -> None:
         self.server.stop()
+
+
+@contextmanager
+def recorded_embedded_engine(model_path, weight_version: int) -> Iterator[RecordingProxy]:
+    """The real embedded engine serving `model_path`, behind a recording proxy."""
+    settings = {"max_running": 64, "max_context": 512, "num_threads": 1, "weight_version": str(weight_version)}
+    engine = EmbeddedServer(Engine(model_path, settings))
+    engine.start()
+    recording = RecordingProxy(engine.base_url)
+    try:
+        yield recording
+    finally:
+        recording.stop()
+        engine.stop()
 
 
 @dataclass

@@ -10,10 +10,8 @@ import httpx
 import openai
 import pytest
 
-from loongsage.inference.embedded.engine import Engine
-from loongsage.inference.embedded.server import EmbeddedServer
 from loongsage.models import load_tokenizer
-from tests.integration.router_support import EOS, RecordingProxy, auth, get_trajectory, start_router
+from tests.integration.router_support import EOS, auth, get_trajectory, recorded_embedded_engine, start_router
 
 VERSION = 4
 TOOLS = [
@@ -35,14 +33,8 @@ def tokenizer(tiny_model_path):
 
 @pytest.fixture(scope="module")
 def proxy(tiny_model_path):
-    engine = EmbeddedServer(
-        Engine(tiny_model_path, {"max_running": 64, "max_context": 512, "num_threads": 1, "weight_version": str(VERSION)})
-    )
-    engine.start()
-    recording = RecordingProxy(engine.base_url)
-    yield recording
-    recording.stop()
-    engine.stop()
+    with recorded_embedded_engine(tiny_model_path, VERSION) as recording:
+        yield recording
 
 
 @pytest.fixture(scope="module")

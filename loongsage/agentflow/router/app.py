@@ -1,6 +1,7 @@
 """The router's HTTP routes.
 
     POST /{trajectory_id}/{attempt}/v1/chat/completions   OpenAI Chat Completions
+    POST /{trajectory_id}/{attempt}/v1/completions        OpenAI Completions (legacy: text, no chat template)
     POST /{trajectory_id}/{attempt}/v1/responses          OpenAI Responses
     POST /{trajectory_id}/{attempt}/v1/messages           Anthropic Messages
     POST /{trajectory_id}/{attempt}/v1/messages/count_tokens   Anthropic token counting
@@ -23,6 +24,7 @@ Errors are JSON in the style of the API that was called (Anthropic's under /mess
 
 from __future__ import annotations
 
+import asyncio
 import time
 from contextlib import asynccontextmanager
 from typing import Annotated
@@ -31,7 +33,7 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException
 
-from loongsage.agentflow.router import anthropic_api, openai_api, responses_api
+from loongsage.agentflow.router import anthropic_api, completions_api, openai_api, responses_api
 from loongsage.agentflow.router.errors import RouterError
 from loongsage.agentflow.router.export import trajectory_json
 from loongsage.agentflow.router.ids import decode_segment
@@ -65,12 +67,24 @@ def build_app(router: Router) -> FastAPI:
 
     async def chat_completions(request: Request, trajectory_id: str | None, attempt: str):
         model, chat = openai_api.parse_chat_completion(await _json_body(request, router.cfg.max_body_bytes), router.model_names)
-        result = await router.complete(trajectory_id, attempt, chat)
-        headers = _turn_headers(trajectory_id, result)
+        results = await router.complete_choices(trajectory_id, attempt, chat)
+        headers = _turn_headers(trajectory_id, *results)
         if chat.stream:
-            stream = "".join(openai_api.completion_stream(result, model, chat.include_usage))
+            stream = "".join(openai_api.completion_stream(results, model, chat.include_usage))
             return Response(stream, media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
-        return JSONResponse(openai_api.completion_json(result, model), headers=headers)
+        return JSONResponse(openai_api.completion_json(results, model), headers=headers)
+
+    async def completions(request: Request, trajectory_id: str | None, attempt: str):
+        body = await _json_body(request, router.cfg.max_body_bytes)
+        model, batch = completions_api.parse_completion(body, router.model_names)
+        per_prompt = await asyncio.gather(*(router.complete_choices(trajectory_id, attempt, one) for one in batch))
+        results = [result for choices in per_prompt for result in choices]
+        prompts = [one.prompt_text for one in batch]
+        headers = _turn_headers(trajectory_id, *results)
+        if batch[0].stream:
+            stream = "".join(completions_api.completion_stream(results, model, prompts, batch[0].include_usage))
+            return Response(stream, media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
+        return JSONResponse(completions_api.completion_json(results, model, prompts), headers=headers)
 
     async def responses(request: Request, trajectory_id: str | None, attempt: str):
         body = await _json_body(request, router.cfg.max_body_bytes)
@@ -106,6 +120,14 @@ def build_app(router: Router) -> FastAPI:
     @app.post("/v1/chat/completions", dependencies=authorized)
     async def anonymous_chat_completions(request: Request):
         return await chat_completions(request, None, ANONYMOUS_ATTEMPT)
+
+    @app.post("/{trajectory_id}/{attempt}/v1/completions")
+    async def trajectory_completions(request: Request, route: Route):
+        return await completions(request, *route)
+
+    @app.post("/v1/completions", dependencies=authorized)
+    async def anonymous_completions(request: Request):
+        return await completions(request, None, ANONYMOUS_ATTEMPT)
 
     @app.post("/{trajectory_id}/{attempt}/v1/responses")
     async def trajectory_responses(request: Request, route: Route):
@@ -204,7 +226,11 @@ async def _json_body(request: Request, limit: int):
         raise RouterError(exc.status, exc.message, exc.field) from None
 
 
-def _turn_headers(trajectory_id: str | None, result) -> dict[str, str]:
+def _turn_headers(trajectory_id: str | None, *results) -> dict[str, str]:
+    """Where each reply was recorded, choice by choice (comma-separated when n > 1)."""
     if trajectory_id is None:
         return {}
-    return {"x-loongsage-branch": str(result.branch), "x-loongsage-turn": str(result.turn)}
+    return {
+        "x-loongsage-branch": ",".join(str(r.branch) for r in results),
+        "x-loongsage-turn": ",".join(str(r.turn) for r in results),
+    }

@@ -54,13 +54,23 @@ class Sampling:
 
 @dataclass
 class ChatRequest:
-    messages: list[Message]
+    messages: list[Message]  # empty for a legacy completion (prompt_text)
     tools: list[dict] = field(default_factory=list)  # OpenAI function specs: {name, description, parameters}
     parse_tool_calls: bool = True  # False for tool_choice "none": tools stay unrendered, text stays text
     sampling: Sampling = field(default_factory=Sampling)
     stream: bool = False
     include_usage: bool = False  # a final usage chunk when streaming
     logprobs: bool = False  # return each sampled token's logprob to the agent
+    top_logprobs: int = 0  # with logprobs: the k most likely tokens at each position too
+    n: int = 1  # sampled replies to this one prompt (Router.complete_choices)
+    prompt_text: str | None = None  # a legacy completion's prompt: the text itself, no chat template
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    token: str  # the token's text
+    logprob: float
+    top: tuple[tuple[str, float], ...] = ()  # (text, logprob) of the most likely tokens here, most likely first
 
 
 @dataclass
@@ -73,7 +83,7 @@ class TurnResult:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int
-    token_logprobs: list[tuple[str, float]]  # (token text, logprob) per sampled token, when asked for
+    token_logprobs: list[TokenLogprob]  # one per sampled token, when asked for
     stop_sequence: str | None  # the stop string generation ended on
     branch: int  # where the turn was recorded on its trajectory
     turn: int

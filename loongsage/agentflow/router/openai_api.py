@@ -4,17 +4,18 @@ Supported: messages with roles system/developer/user/assistant/tool (text conten
 string or text parts), `tools` of type function, `tool_choice` ("none" turns tool parsing
 off; "required" and named choices are accepted but cannot be enforced: decoding is not
 constrained), `max_tokens`/`max_completion_tokens`, `temperature`, `top_p`, `top_k`,
-`stop`, `seed`, `ignore_eos` (the vLLM/SGLang extension), `logprobs`, `stream` with
+`stop`, `seed`, `ignore_eos` (the vLLM/SGLang extension), `logprobs` with `top_logprobs`,
+`n` (choices sampled together, each recorded: Router.complete_choices), `stream` with
 `stream_options.include_usage`. A request that leaves max_tokens, temperature, top_p or top_k
 unset is sampled with the run's value (RouterConfig.sampling, applied in service.py).
 
 Refused with 400 rather than silently ignored, because dropping them would change what is
-sampled: `n` > 1, non-zero penalties, `logit_bias`, `top_logprobs`, a `response_format`
-other than text, non-text content parts. Other fields (user, metadata, store,
-parallel_tool_calls, ...) do not affect sampling and are ignored.
+sampled: non-zero penalties, `logit_bias`, a `response_format` other than text, non-text
+content parts. Other fields (user, metadata, store, parallel_tool_calls, ...) do not affect
+sampling and are ignored.
 
-Streaming: the engines answer `/generate` in one piece, so the chunks (role, content, one
-delta per tool call, finish, usage) are all sent once generation has finished.
+Streaming: the engines answer `/generate` in one piece, so the chunks (per choice: role,
+content, one delta per tool call, finish; then usage) are all sent once generation has finished.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from loongsage.agentflow.router.errors import RouterError, bad_request
-from loongsage.agentflow.router.messages import ChatRequest, Message, Sampling, ToolCall, TurnResult
+from loongsage.agentflow.router.messages import ChatRequest, Message, Sampling, TokenLogprob, ToolCall, TurnResult
 from loongsage.agentflow.router.validation import (
     INT32_MAX,
     INT64_MAX,
@@ -39,6 +40,8 @@ from loongsage.agentflow.router.validation import (
     json_object_body,
 )
 
+MAX_CHOICES = 128  # OpenAI's bound on n
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound on top_logprobs
 ROLE_ALIASES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 TEXT_PART_TYPES = ("text", "input_text", "output_text")
 
@@ -46,7 +49,7 @@ TEXT_PART_TYPES = ("text", "input_text", "output_text")
 def parse_chat_completion(body: Any, model_names: tuple[str, ...]) -> tuple[str, ChatRequest]:
     body = json_object_body(body)
     model = check_model(body, model_names)
-    _refuse_unsupported(body)
+    refuse_unsampled(body)
     messages = get(body, "messages", list, required=True)
     if not messages:
         raise bad_request("messages must not be empty", "messages")
@@ -56,25 +59,35 @@ def parse_chat_completion(body: Any, model_names: tuple[str, ...]) -> tuple[str,
         messages=[_message(m, join("messages", i)) for i, m in enumerate(messages)],
         tools=tools,
         parse_tool_calls=tool_choice_mode(body.get("tool_choice")) != "none",
-        sampling=_sampling(body),
+        sampling=sampling_from_body(body),
         stream=bool(get(body, "stream", bool)),
         include_usage=bool(get(stream_options, "include_usage", bool, "stream_options")),
         logprobs=bool(get(body, "logprobs", bool)),
+        top_logprobs=_top_logprobs(body),
+        n=choice_count(body),
     )
     return model, request
 
 
-def _refuse_unsupported(body: dict) -> None:
+def choice_count(body: dict) -> int:
     n = get(body, "n", int)
-    if n is not None and n != 1:
-        raise bad_request(f"n={n} is not supported: the router returns one choice per request; send n requests instead", "n")
+    return 1 if n is None else in_range(n, 1, MAX_CHOICES, "n")
+
+
+def _top_logprobs(body: dict) -> int:
+    top = in_range(get(body, "top_logprobs", int), 0, MAX_TOP_LOGPROBS, "top_logprobs") or 0
+    if top and not get(body, "logprobs", bool):
+        raise bad_request("top_logprobs needs logprobs=true", "top_logprobs")
+    return top
+
+
+def refuse_unsampled(body: dict) -> None:
+    """Refuse what would change sampling in a way the engines cannot do."""
     for penalty in ("frequency_penalty", "presence_penalty"):
         if get(body, penalty, float):
             raise bad_request(f"{penalty} is not supported by the engines; leave it 0", penalty)
     if get(body, "logit_bias", dict):
         raise bad_request("logit_bias is not supported by the engines", "logit_bias")
-    if get(body, "top_logprobs", int):
-        raise bad_request("top_logprobs is not supported; logprobs=true returns the sampled tokens' logprobs", "top_logprobs")
     response_format = get(body, "response_format", dict)
     if response_format and response_format.get("type", "text") != "text":
         raise bad_request(
@@ -154,7 +167,7 @@ def tool_choice_mode(value: Any) -> str:
     raise bad_request(f"tool_choice must be 'auto', 'none', 'required' or a named function, got {value!r}", "tool_choice")
 
 
-def _sampling(body: dict) -> Sampling:
+def sampling_from_body(body: dict) -> Sampling:
     max_tokens = get(body, "max_completion_tokens", int)
     field = "max_completion_tokens"
     if max_tokens is None:
@@ -184,7 +197,7 @@ def sampling_top_k(value: int | None) -> int | None:
 # ---- responses ---------------------------------------------------------------------------
 
 
-def completion_json(result: TurnResult, model: str) -> dict:
+def completion_json(results: list[TurnResult], model: str) -> dict:
     return {
         "id": _completion_id(),
         "object": "chat.completion",
@@ -193,17 +206,18 @@ def completion_json(result: TurnResult, model: str) -> dict:
         "system_fingerprint": None,
         "choices": [
             {
-                "index": 0,
+                "index": index,
                 "message": _message_json(result),
                 "logprobs": _logprobs_json(result),
                 "finish_reason": result.finish_reason,
             }
+            for index, result in enumerate(results)
         ],
-        "usage": _usage_json(result),
+        "usage": usage_json(results),
     }
 
 
-def completion_stream(result: TurnResult, model: str, include_usage: bool) -> Iterator[str]:
+def completion_stream(results: list[TurnResult], model: str, include_usage: bool) -> Iterator[str]:
     base = {
         "id": _completion_id(),
         "object": "chat.completion.chunk",
@@ -214,29 +228,20 @@ def completion_stream(result: TurnResult, model: str, include_usage: bool) -> It
     if include_usage:
         base["usage"] = None
 
-    def chunk(delta: dict, finish_reason: str | None = None, logprobs=None) -> str:
-        choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
-        return _sse({**base, "choices": [choice]})
+    def chunk(index: int, delta: dict, finish_reason: str | None = None, logprobs=None) -> str:
+        choice = {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish_reason}
+        return sse({**base, "choices": [choice]})
 
-    yield chunk({"role": "assistant", "content": ""})
-    if result.content:
-        yield chunk({"content": result.content}, logprobs=_logprobs_json(result))
-    for index, call in enumerate(result.tool_calls):
-        yield chunk(
-            {
-                "tool_calls": [
-                    {
-                        "index": index,
-                        "id": call.id,
-                        "type": "function",
-                        "function": {"name": call.name, "arguments": call.arguments},
-                    }
-                ]
-            }
-        )
-    yield chunk({}, result.finish_reason)
+    for index, result in enumerate(results):
+        yield chunk(index, {"role": "assistant", "content": ""})
+        if result.content:
+            yield chunk(index, {"content": result.content}, logprobs=_logprobs_json(result))
+        for call_index, call in enumerate(result.tool_calls):
+            function = {"name": call.name, "arguments": call.arguments}
+            yield chunk(index, {"tool_calls": [{"index": call_index, "id": call.id, "type": "function", "function": function}]})
+        yield chunk(index, {}, result.finish_reason)
     if include_usage:
-        yield _sse({**base, "choices": [], "usage": _usage_json(result)})
+        yield sse({**base, "choices": [], "usage": usage_json(results)})
     yield "data: [DONE]\n\n"
 
 
@@ -264,21 +269,26 @@ def _message_json(result: TurnResult) -> dict:
 def _logprobs_json(result: TurnResult) -> dict | None:
     if not result.token_logprobs:
         return None
-    return {
-        "content": [
-            {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8")), "top_logprobs": []}
-            for token, logprob in result.token_logprobs
-        ],
-        "refusal": None,
-    }
+    return {"content": token_logprobs_json(result.token_logprobs), "refusal": None}
 
 
-def _usage_json(result: TurnResult) -> dict:
+def token_logprobs_json(logprobs: list[TokenLogprob]) -> list[dict]:
+    """Chat Completions' (and the Responses API's) per-token logprobs with their alternatives."""
+
+    def entry(token: str, logprob: float) -> dict:
+        return {"token": token, "logprob": logprob, "bytes": list(token.encode("utf-8"))}
+
+    return [{**entry(t.token, t.logprob), "top_logprobs": [entry(*alternative) for alternative in t.top]} for t in logprobs]
+
+
+def usage_json(results: list[TurnResult]) -> dict:
+    """The prompt counted once (the choices share it), the completions together."""
+    prompt, completion = results[0].prompt_tokens, sum(r.completion_tokens for r in results)
     return {
-        "prompt_tokens": result.prompt_tokens,
-        "completion_tokens": result.completion_tokens,
-        "total_tokens": result.prompt_tokens + result.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": result.cached_tokens},
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": results[0].cached_tokens},
     }
 
 
@@ -286,5 +296,5 @@ def _completion_id() -> str:
     return "chatcmpl-" + uuid.uuid4().hex
 
 
-def _sse(payload: dict) -> str:
+def sse(payload: dict) -> str:
     return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"

@@ -11,10 +11,12 @@ carried over by `previous_response_id`). `previous_response_id` continues a conv
 router answered (`ResponseHistory`): its input and output come first, then this request's input.
 
 Sampling: `max_output_tokens`, `temperature`, `top_p`, and `top_k` (the SGLang extension); unset,
-the run's values apply (RouterConfig.sampling). Refused with 400, because the router cannot do
-what they ask: tool types other than function, a `text.format` other than text, `background`,
-`conversation`, `top_logprobs`. Fields that do not change what is sampled (store, metadata,
-include, reasoning, parallel_tool_calls, truncation, user, ...) are accepted and ignored.
+the run's values apply (RouterConfig.sampling). Logprobs of the output text when `include` holds
+"message.output_text.logprobs" or `top_logprobs` > 0, with that many alternatives per token.
+Refused with 400, because the router cannot do what they ask: tool types other than function, a
+`text.format` other than text, `background`, `conversation`. Fields that do not change what is
+sampled (store, metadata, the rest of include, reasoning, parallel_tool_calls, truncation, user,
+...) are accepted and ignored.
 
 Streaming: the engines answer in one piece, so the events (created, in_progress, each output
 item added / delta / done, completed) are all sent once generation has finished.
@@ -32,15 +34,21 @@ from typing import Any
 
 from loongsage.agentflow.router.errors import bad_request
 from loongsage.agentflow.router.messages import ChatRequest, Message, Sampling, ToolCall, TurnResult
-from loongsage.agentflow.router.openai_api import TEXT_PART_TYPES, sampling_top_k, tool_choice_mode
+from loongsage.agentflow.router.openai_api import (
+    MAX_TOP_LOGPROBS,
+    TEXT_PART_TYPES,
+    sampling_top_k,
+    token_logprobs_json,
+    tool_choice_mode,
+)
 from loongsage.agentflow.router.validation import INT32_MAX, check_model, expect, get, in_range, join, json_object_body
 
 INPUT_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 REFUSED = {
     "background": "background responses are not supported: the router answers while the request is open",
     "conversation": "conversation objects are not supported; pass previous_response_id, or the whole input",
-    "top_logprobs": "top_logprobs is not supported",
 }
+TEXT_LOGPROBS = "message.output_text.logprobs"  # the `include` entry that asks for them
 
 
 @dataclass
@@ -65,6 +73,8 @@ def parse_responses_request(body: Any, model_names: tuple[str, ...]) -> tuple[st
     items = [Message("user", raw_input)] if isinstance(raw_input, str) else _items(expect(raw_input, list, "input"))
     tools = [_tool(t, join("tools", i)) for i, t in enumerate(get(body, "tools", list) or [])]
     tool_choice = body.get("tool_choice")
+    top_logprobs = in_range(get(body, "top_logprobs", int), 0, MAX_TOP_LOGPROBS, "top_logprobs") or 0
+    included = get(body, "include", list) or []
     chat = ChatRequest(
         messages=items,
         tools=tools,
@@ -76,6 +86,8 @@ def parse_responses_request(body: Any, model_names: tuple[str, ...]) -> tuple[st
             top_k=sampling_top_k(get(body, "top_k", int)),
         ),
         stream=bool(get(body, "stream", bool)),
+        logprobs=TEXT_LOGPROBS in included or top_logprobs > 0,
+        top_logprobs=top_logprobs,
     )
     echo = {
         "tools": get(body, "tools", list) or [],
@@ -83,6 +95,7 @@ def parse_responses_request(body: Any, model_names: tuple[str, ...]) -> tuple[st
         "temperature": body.get("temperature"),
         "top_p": body.get("top_p"),
         "max_output_tokens": body.get("max_output_tokens"),
+        "top_logprobs": top_logprobs,
         "parallel_tool_calls": body.get("parallel_tool_calls", True),
         "metadata": get(body, "metadata", dict) or {},
     }
@@ -258,8 +271,9 @@ def _item_events(events: _Events, index: int, item: dict) -> Iterator[str]:
         yield events.send("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []})
         part = item["content"][0]
         yield events.send("response.content_part.added", **where, content_index=0, part={**part, "text": ""})
-        yield events.send("response.output_text.delta", **where, content_index=0, delta=part["text"], logprobs=[])
-        yield events.send("response.output_text.done", **where, content_index=0, text=part["text"], logprobs=[])
+        logprobs = part["logprobs"]
+        yield events.send("response.output_text.delta", **where, content_index=0, delta=part["text"], logprobs=logprobs)
+        yield events.send("response.output_text.done", **where, content_index=0, text=part["text"], logprobs=logprobs)
         yield events.send("response.content_part.done", **where, content_index=0, part=part)
     else:
         yield events.send(
@@ -301,7 +315,8 @@ def _envelope(model: str, call: ResponsesCall, response_id: str) -> dict:
 def _output_items(result: TurnResult) -> list[dict]:
     items: list[dict] = []
     if result.content or not result.tool_calls:
-        text = {"type": "output_text", "text": result.content, "annotations": [], "logprobs": []}
+        logprobs = token_logprobs_json(result.token_logprobs)
+        text = {"type": "output_text", "text": result.content, "annotations": [], "logprobs": logprobs}
         items.append(
             {"type": "message", "id": "msg_" + uuid.uuid4().hex, "status": "completed", "role": "assistant", "content": [text]}
         )

@@ -7,17 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from dataclasses import replace
 
 from loongsage.agentflow.router.chat_format import assistant_text, get_chat_format
 from loongsage.agentflow.router.config import RouterConfig
 from loongsage.agentflow.router.errors import RouterError, bad_request
 from loongsage.agentflow.router.keys import Keys
-from loongsage.agentflow.router.messages import ChatRequest, Sampling, TurnResult
+from loongsage.agentflow.router.messages import ChatRequest, Sampling, TokenLogprob, TurnResult
 from loongsage.agentflow.router.openai_api import parse_chat_completion
 from loongsage.agentflow.router.responses_api import ResponseHistory
 from loongsage.agentflow.router.store import TrajectoryStore
 from loongsage.agentflow.router.trajectory import Trajectory, Turn
 from loongsage.agentflow.router.turns import make_turn
+from loongsage.agentflow.router.validation import INT64_MIN
 from loongsage.inference.activity import ActivityMeter
 from loongsage.inference.client import EngineClient, EngineError
 from loongsage.inference.engine_pool import EnginePool, NoEngineAvailable
@@ -61,12 +63,11 @@ class Router:
         request, answered but not recorded (nobody could ever collect it)."""
         existing = self.store.get(trajectory_id) if trajectory_id is not None else None
         trajectory = existing or Trajectory(trajectory_id or "")
-        tools = request.tools if request.parse_tool_calls else []
-        rendered = self.chat_format.render(trajectory.substitute_replies(request.messages), tools)
-        plan = trajectory.plan(rendered, attempt, self._tokenize)
+        plan = trajectory.plan(self._rendered(trajectory, request), attempt, self._tokenize)
         max_new_tokens = await self._max_new_tokens(len(plan.prompt_ids), request.sampling.max_tokens)
         params = _sampling_params(request.sampling, self.cfg.sampling)
-        generation, engine_url = await self._generate(trajectory_id, plan.prompt_ids, params, max_new_tokens)
+        top_logprobs = request.top_logprobs if request.logprobs else 0
+        generation, engine_url = await self._generate(trajectory_id, plan.prompt_ids, params, max_new_tokens, top_logprobs)
         if generation.finish.get("type") == "abort" and not generation.output_ids:
             # Aborted on every resume before its first token: an answer to pass on would be an empty
             # success the agent cannot tell from a real (empty) reply.
@@ -88,19 +89,45 @@ class Router:
             prompt_tokens=len(turn.prompt_ids),
             completion_tokens=len(turn.output_ids),
             cached_tokens=generation.cached_tokens,
-            token_logprobs=self._token_logprobs(turn) if request.logprobs else [],
+            token_logprobs=self._token_logprobs(generation) if request.logprobs else [],
             stop_sequence=matched_stop,
             branch=branch.index,
             turn=len(branch.turns) - 1,
         )
 
+    async def complete_choices(self, trajectory_id: str | None, attempt: str, request: ChatRequest) -> list[TurnResult]:
+        """`request.n` replies sampled for one prompt, generated together. Each is recorded as a
+        turn of its own: the first to finish extends the branch the prompt continues, the others
+        begin branches (the agent goes on from whichever choice it picks). With a seed, choice i
+        is sampled with seed + i: one seed n times would give n copies of one reply."""
+        if request.n == 1:
+            return [await self.complete(trajectory_id, attempt, request)]
+        seed = request.sampling.seed
+        choices = [
+            replace(request, n=1, sampling=replace(request.sampling, seed=None if seed is None else _wrapped_int64(seed + i)))
+            for i in range(request.n)
+        ]
+        tasks = [asyncio.ensure_future(self.complete(trajectory_id, attempt, choice)) for choice in choices]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:  # one choice failed: the request fails, so the rest stop generating
+                task.cancel()
+            raise
+
     def count_prompt_tokens(self, trajectory_id: str | None, attempt: str, request: ChatRequest) -> int:
         """The tokens `complete` would send as the prompt of this request (Anthropic's
         count_tokens): rendered and planned on the trajectory as it stands, nothing recorded."""
         trajectory = (self.store.get(trajectory_id) if trajectory_id is not None else None) or Trajectory(trajectory_id or "")
+        return len(trajectory.plan(self._rendered(trajectory, request), attempt, self._tokenize).prompt_ids)
+
+    def _rendered(self, trajectory: Trajectory, request: ChatRequest) -> str:
+        """The prompt text: a legacy completion's as sent, else the messages (the trajectory's own
+        replies as sampled) through the chat template."""
+        if request.prompt_text is not None:
+            return request.prompt_text
         tools = request.tools if request.parse_tool_calls else []
-        rendered = self.chat_format.render(trajectory.substitute_replies(request.messages), tools)
-        return len(trajectory.plan(rendered, attempt, self._tokenize).prompt_ids)
+        return self.chat_format.render(trajectory.substitute_replies(request.messages), tools)
 
     def demonstrate(self, trajectory_id: str, body: dict) -> Trajectory:
         """An OpenAI chat request's assistant messages recorded as if the model had sampled them
@@ -184,17 +211,19 @@ class Router:
         raise RouterError(502, f"engine {answered} does not report its context limit; set router max_context")
 
     async def _generate(
-        self, trajectory_id: str | None, prompt_ids: list[int], params: dict, max_new: int
+        self, trajectory_id: str | None, prompt_ids: list[int], params: dict, max_new: int, top_logprobs: int
     ) -> tuple[Generation, str]:
         """The generation, each call on the trajectory's engine or, when that one fails, another;
-        and the base URL of the engine that gave the last answer (the turn records it)."""
+        and the base URL of the engine that gave the last answer (the turn records it).
+        `top_logprobs`: the most likely tokens at each position too (0: none)."""
         answered = ""
+        extra = {"top_logprobs_num": top_logprobs} if top_logprobs else {}
 
         async def call(input_ids: list[int], sampling_params: dict, rid: str) -> dict:
             async def send(engine: EngineClient) -> dict:
                 nonlocal answered
                 response = await engine.agenerate(
-                    input_ids=input_ids, sampling_params=sampling_params, return_logprob=True, rid=rid
+                    input_ids=input_ids, sampling_params=sampling_params, return_logprob=True, rid=rid, **extra
                 )
                 answered = engine.base_url
                 return response
@@ -205,8 +234,12 @@ class Router:
         generation = await generate_resumable(call, prompt_ids, params, max_new, self.cfg.max_resumes)
         return generation, answered
 
-    def _token_logprobs(self, turn: Turn) -> list[tuple[str, float]]:
-        return [(self._decode([t]), lp) for t, lp in zip(turn.output_ids, turn.output_logprobs)]
+    def _token_logprobs(self, generation: Generation) -> list[TokenLogprob]:
+        tops = generation.top_logprobs or [[] for _ in generation.output_ids]
+        return [
+            TokenLogprob(self._decode([token]), logprob, tuple((self._decode([t]), lp) for t, lp in top))
+            for token, logprob, top in zip(generation.output_ids, generation.logprobs, tops)
+        ]
 
 
 def _sampling_params(s: Sampling, run: SamplingDefaults) -> dict:
@@ -221,6 +254,10 @@ def _sampling_params(s: Sampling, run: SamplingDefaults) -> dict:
         "ignore_eos": s.ignore_eos,
     }
     return {k: v for k, v in params.items() if v is not None}
+
+
+def _wrapped_int64(value: int) -> int:
+    return (value - INT64_MIN) % 2**64 + INT64_MIN
 
 
 def _either(asked, default):

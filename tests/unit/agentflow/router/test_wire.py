@@ -96,7 +96,13 @@ def test_openai_tool_choice_none_turns_parsing_off():
             400,
             "messages[0].tool_calls[0].function.name",
         ),
-        ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "n": 2}, 400, "n"),
+        ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "n": 129}, 400, "n"),
+        ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "top_logprobs": 2}, 400, "top_logprobs"),
+        (
+            {"model": "tiny", "messages": [{"role": "user", "content": "x"}], "logprobs": True, "top_logprobs": 21},
+            400,
+            "top_logprobs",
+        ),
         ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": "9"}, 400, "max_tokens"),
         ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, 400, "max_tokens"),
         ({"model": "tiny", "messages": [{"role": "user", "content": "x"}], "temperature": True}, 400, "temperature"),
@@ -124,7 +130,7 @@ def test_openai_bad_requests_name_the_field(body, status, param):
 
 def test_openai_response_follows_the_schema():
     call = ToolCall("call_1", "f", '{"x": 1}')
-    data = openai_api.completion_json(_result("", [call], "tool_calls"), "tiny")
+    data = openai_api.completion_json([_result("", [call], "tool_calls")], "tiny")
     assert data["object"] == "chat.completion" and data["id"].startswith("chatcmpl-") and data["model"] == "tiny"
     (choice,) = data["choices"]
     assert choice["finish_reason"] == "tool_calls"
@@ -143,7 +149,7 @@ def test_openai_response_follows_the_schema():
 
 
 def test_openai_stream_chunks_end_with_done():
-    events = list(openai_api.completion_stream(_result("Hey", [ToolCall("c", "f", "{}")], "tool_calls"), "tiny", True))
+    events = list(openai_api.completion_stream([_result("Hey", [ToolCall("c", "f", "{}")], "tool_calls")], "tiny", True))
     assert events[-1] == "data: [DONE]\n\n"
     chunks = [json.loads(e[len("data: ") :]) for e in events[:-1]]
     assert all(c["object"] == "chat.completion.chunk" for c in chunks)
