@@ -2,10 +2,13 @@
 sent straight to the engine's `/generate`.
 
     python -m loongsage.bench agentflow [--model tiny] [--conversations 32] [--turns 3] [--max-tokens 64]
-                                        [--repeats 3]
+                                        [--repeats 3] [--api chat|responses]
 
-With `--engines N` it measures something else: N engines behind the router vs one, and the
-prefix cache with trajectory affinity vs without (agentflow_engines.py).
+With `--api responses` the same conversations go through the router's Responses API (each turn
+one user message and `previous_response_id`, as SDKs continue a conversation) against its chat
+completions path: the two sample the same ids turn for turn (checked), so the ratio is the cost
+of the API alone. With `--engines N` it measures something else: N engines behind the router vs
+one, and the prefix cache with trajectory affinity vs without (agentflow_engines.py).
 
 The engine runs in its own process (as a Ray actor or an SGLang server would), the router on a
 thread of this one. All conversations run at once, each turn after the previous one, as agents do. Every turn asks
@@ -64,6 +67,8 @@ def main(argv: list[str]) -> int:
     )
     try:
         bench = Bench(args, server, engine_client)
+        if args.api == "responses":
+            return _responses_against_chat(bench, args.repeats)
         asyncio.run(bench.through_router("warmup"))
         turns = bench.recorded_turns("warmup")
         asyncio.run(bench.direct(turns))  # warm-up of the direct path
@@ -96,6 +101,28 @@ def main(argv: list[str]) -> int:
         f"{ratio_line('router / engine latency per turn', ratios, digits=3)}  "
         f"(added latency {100 * (statistics.median(ratios) - 1):+.1f}%)"
     )
+    return 0
+
+
+def _responses_against_chat(bench: Bench, repeats: int) -> int:
+    asyncio.run(bench.through_router("warmup"))
+    turns = bench.recorded_turns("warmup")
+    asyncio.run(bench.through_router("warmup-responses", api="responses"))
+
+    def one_pass(api: str):
+        def run(index: int) -> list[float]:
+            tag = f"{api}{index}"
+            seconds = asyncio.run(bench.through_router(tag, api=api))
+            bench.check_same_outputs(turns, tag)
+            return seconds
+
+        return run
+
+    chat_runs, responses_runs = interleaved(one_pass("chat"), one_pass("responses"), repeats)
+    _report("chat completions", chat_runs)
+    _report("responses", responses_runs)
+    ratios = pair_ratios([statistics.mean(r) for r in responses_runs], [statistics.mean(c) for c in chat_runs])
+    print(f"{ratio_line('responses / chat completions latency per turn', ratios, digits=3)}")
     return 0
 
 
@@ -141,6 +168,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         help="the engine's torch threads (default 1: on a small machine the router and the "
         "agents need a core too; 0 = torch default)",
     )
+    parser.add_argument(
+        "--api",
+        choices=("chat", "responses"),
+        default="chat",
+        help="chat: the router's chat completions against the engine's /generate; responses: the "
+        "Responses API against chat completions",
+    )
     add_repeats_argument(parser, "--rounds")
     return parser.parse_args(argv)
 
@@ -153,17 +187,24 @@ class Bench:
     def _seed(self, conversation: int, turn: int) -> int:
         return 1000 * conversation + turn
 
-    async def through_router(self, tag: str) -> list[float]:
+    async def through_router(self, tag: str, api: str = "chat") -> list[float]:
         self.engine.flush_cache()
         headers = {"Authorization": f"Bearer {self.router.api_key}"}
         limits = httpx.Limits(max_connections=None)
+        conversation = self._chat if api == "chat" else self._responses
         async with httpx.AsyncClient(headers=headers, limits=limits, timeout=600) as client:
-            per_conversation = await asyncio.gather(*(self._chat(client, tag, c) for c in range(self.args.conversations)))
+            per_conversation = await asyncio.gather(*(conversation(client, tag, c) for c in range(self.args.conversations)))
         return [s for seconds in per_conversation for s in seconds]
+
+    def _opening(self, conversation: int) -> str:
+        return f"Tell me about {TOPICS[conversation % len(TOPICS)]}."
+
+    def _follow_up(self, turn: int) -> str:
+        return f"And then? ({turn})"
 
     async def _chat(self, client: httpx.AsyncClient, tag: str, conversation: int) -> list[float]:
         url = f"{self.server.url_for(f'{tag}-{conversation}')}/chat/completions"
-        messages = [{"role": "user", "content": f"Tell me about {TOPICS[conversation % len(TOPICS)]}."}]
+        messages = [{"role": "user", "content": self._opening(conversation)}]
         seconds = []
         for turn in range(self.args.turns):
             body = {
@@ -178,7 +219,27 @@ class Bench:
             response = await client.post(url, json=body)
             seconds.append(time.perf_counter() - start)
             response.raise_for_status()
-            messages += [response.json()["choices"][0]["message"], {"role": "user", "content": f"And then? ({turn})"}]
+            messages += [response.json()["choices"][0]["message"], {"role": "user", "content": self._follow_up(turn)}]
+        return seconds
+
+    async def _responses(self, client: httpx.AsyncClient, tag: str, conversation: int) -> list[float]:
+        url = f"{self.server.url_for(f'{tag}-{conversation}')}/responses"
+        text, previous, seconds = self._opening(conversation), None, []
+        for turn in range(self.args.turns):
+            body = {
+                "model": "bench",
+                "input": [{"role": "user", "content": text}],
+                "previous_response_id": previous,
+                "max_output_tokens": self.args.max_tokens,
+                "temperature": 1.0,
+                "ignore_eos": True,
+                "seed": self._seed(conversation, turn),
+            }
+            start = time.perf_counter()
+            response = await client.post(url, json=body)
+            seconds.append(time.perf_counter() - start)
+            response.raise_for_status()
+            text, previous = self._follow_up(turn), response.json()["id"]
         return seconds
 
     def recorded_turns(self, tag: str) -> list[list[tuple[list[int], list[int]]]]:

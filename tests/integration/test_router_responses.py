@@ -132,9 +132,14 @@ def test_streamed_events_parse_into_the_clients_types(router, engine):
 
 def test_a_reply_cut_at_max_output_tokens_is_incomplete(router, engine, tokenizer):
     engine.queue(tokenizer.encode("one two three", add_special_tokens=False), {"type": "length", "length": 3})
-    response = client(router, "cut").responses.create(model="tiny", input="Count", max_output_tokens=3)
+    # seed and ignore_eos: the extensions chat completions take, so a bench or an RL harness can
+    # make the two APIs sample the same tokens.
+    response = client(router, "cut").responses.create(
+        model="tiny", input="Count", max_output_tokens=3, extra_body={"seed": 9, "ignore_eos": True}
+    )
     assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
-    assert engine.requests[0]["sampling_params"]["max_new_tokens"] == 3
+    sent = engine.requests[0]["sampling_params"]
+    assert (sent["max_new_tokens"], sent["sampling_seed"], sent["ignore_eos"]) == (3, 9, True)
 
 
 @pytest.mark.parametrize(
@@ -146,6 +151,7 @@ def test_a_reply_cut_at_max_output_tokens_is_incomplete(router, engine, tokenize
         ({"input": [{"role": "robot", "content": "hi"}]}, "input[0].role", "unknown role 'robot'"),
         ({"background": True}, "background", "background responses are not supported"),
         ({"max_output_tokens": 0}, "max_output_tokens", "must be in [1,"),
+        ({"top_logprobs": 21}, "top_logprobs", "must be in [0, 20]"),
     ],
 )
 def test_requests_the_router_cannot_honour_are_refused_by_field(router, engine, fields, param, message):

@@ -10,8 +10,9 @@ right before them, form one assistant turn) and `function_call_output` items (to
 carried over by `previous_response_id`). `previous_response_id` continues a conversation the
 router answered (`ResponseHistory`): its input and output come first, then this request's input.
 
-Sampling: `max_output_tokens`, `temperature`, `top_p`, and `top_k` (the SGLang extension); unset,
-the run's values apply (RouterConfig.sampling). Logprobs of the output text when `include` holds
+Sampling: `max_output_tokens`, `temperature`, `top_p`, and the extensions `top_k`, `seed` and
+`ignore_eos` (as chat completions take them); unset, the run's values apply
+(RouterConfig.sampling). Logprobs of the output text when `include` holds
 "message.output_text.logprobs" or `top_logprobs` > 0, with that many alternatives per token.
 Refused with 400, because the router cannot do what they ask: tool types other than function, a
 `text.format` other than text, `background`, `conversation`. Fields that do not change what is
@@ -41,7 +42,17 @@ from loongsage.agentflow.router.openai_api import (
     token_logprobs_json,
     tool_choice_mode,
 )
-from loongsage.agentflow.router.validation import INT32_MAX, check_model, expect, get, in_range, join, json_object_body
+from loongsage.agentflow.router.validation import (
+    INT32_MAX,
+    INT64_MAX,
+    INT64_MIN,
+    check_model,
+    expect,
+    get,
+    in_range,
+    join,
+    json_object_body,
+)
 
 INPUT_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 REFUSED = {
@@ -84,6 +95,8 @@ def parse_responses_request(body: Any, model_names: tuple[str, ...]) -> tuple[st
             temperature=in_range(get(body, "temperature", float), 0, 2, "temperature"),
             top_p=in_range(get(body, "top_p", float), 0, 1, "top_p", low_open=True),
             top_k=sampling_top_k(get(body, "top_k", int)),
+            seed=in_range(get(body, "seed", int), INT64_MIN, INT64_MAX, "seed"),
+            ignore_eos=get(body, "ignore_eos", bool),
         ),
         stream=bool(get(body, "stream", bool)),
         logprobs=TEXT_LOGPROBS in included or top_logprobs > 0,
