@@ -9,6 +9,7 @@ from loongsage.agentflow.agents.base import Agent
 from loongsage.agentflow.agents.blackbox import BlackBoxAgent
 from loongsage.agentflow.agents.chat_agent import ChatAgent
 from loongsage.agentflow.agents.miniswe import mini_swe_agent
+from loongsage.agentflow.agents.opencode import OpenCodeAgent
 from loongsage.agentflow.agents.tool_agent import ToolAgent
 from loongsage.registry import Registry
 
@@ -19,6 +20,7 @@ AGENTS.register("chat", ChatAgent)
 AGENTS.register("tool", ToolAgent)
 AGENTS.register("blackbox", BlackBoxAgent)
 AGENTS.register("mini_swe_agent", mini_swe_agent)
+AGENTS.register("opencode", OpenCodeAgent)
 
 
 def build_agent(name_or_path: str, options: dict[str, Any] | None = None) -> Agent:

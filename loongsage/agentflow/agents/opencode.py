@@ -1,0 +1,185 @@
+"""OpenCode (npm `opencode-ai`), run unmodified as a black-box agent inside the episode's sandbox.
+
+OpenCode runs its tools itself (bash, file reads and edits), so it runs in the sandbox
+(`BlackBoxAgent` with `in_sandbox`), reaching the router through the bridge when the sandbox
+has no network. Everything is set through OpenCode's own configuration (the JSON it reads from
+OPENCODE_CONFIG_CONTENT, its environment variables, a fresh state directory): nothing of it is
+patched. What the preset sets, and why:
+
+- one provider, `loongsage`, on the episode's base URL and key (`@ai-sdk/openai-compatible`,
+  bundled in the binary), with the served model under its own name: OpenCode sends the key
+  of the model entry as `model`. It calls streaming chat completions with tools, nothing else;
+- `max_tokens`: OpenCode always sends its model's output limit as max_tokens (32000 when
+  unset, past any small model's context), so the preset sets that limit; temperature and
+  top_p are left to the run (OpenCode sends none: `rollout.*` applies);
+- the tool set (`tools`; default bash, read, edit, write) through `permission` (a tool
+  denied is not offered): the rest cost context (task, todowrite, webfetch: about 8k
+  characters of schemas) or need what a sandbox lacks (glob and grep fetch ripgrep, webfetch
+  the network). Its six default tools' schemas are about 12k characters; these four, about 9k;
+- the system prompt: `data.system_prompt` when set, else a short one (OpenCode's own is about
+  9,600 characters, a third of a small model's context), through `agent.build.prompt`;
+  OpenCode appends its environment block (working directory, platform, date);
+- every side call off: title generation, compaction (which would rewrite the history and so
+  start a new branch), pruning of old tool output (the same), sharing, snapshots, LSP, the
+  model catalog fetch, auto-update; and permissions that would "ask" allowed, because
+  `opencode run` rejects an ask and stops;
+- a fresh HOME / XDG / TMPDIR per episode, with the plugin stub that stops OpenCode's npm
+  install of its plugin package at every start (offline that install blocks startup ~70 s).
+
+The episode ends when OpenCode does: after a reply with no tool call, or when a request fails
+(the router's 400 when the conversation no longer fits the context). Its patch is graded as
+any agent's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from loongsage.agentflow.agents.base import AgentResult, AgentTask, Endpoint
+from loongsage.agentflow.agents.blackbox import BlackBoxAgent
+
+PROVIDER = "loongsage"
+DEFAULT_TOOLS = ("bash", "read", "edit", "write")
+KNOWN_TOOLS = (
+    *DEFAULT_TOOLS,
+    *("glob", "grep", "list", "patch", "webfetch", "websearch", "task", "todowrite", "todoread", "skill", "question"),
+)
+DEFAULT_PROMPT = (
+    "You are a coding agent working in a git repository. Use the tools to read, edit and test "
+    "the code until the task is solved. When finished, reply with a short summary and no tool calls."
+)
+# RLIMIT_AS OpenCode's runtime (Bun) needs: it aborts at start under 4 GiB of address space
+# (measured: 2048 and 3072 MiB crash, 4096 MiB runs), though it uses a fraction of that.
+MIN_MEMORY_MB = 4096
+# Paths a sandbox does not see (bwrap mounts neither the homes nor the host's /tmp).
+UNSEEN_PREFIXES = ("/root/", "/home/", "/tmp/")
+OFF = {
+    name: "1"
+    for name in (
+        "OPENCODE_DISABLE_MODELS_FETCH",
+        "OPENCODE_DISABLE_AUTOUPDATE",
+        "OPENCODE_DISABLE_SHARE",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD",
+        "OPENCODE_DISABLE_DEFAULT_PLUGINS",
+        "OPENCODE_DISABLE_CLAUDE_CODE",
+        "OPENCODE_DISABLE_EXTERNAL_SKILLS",
+        "OPENCODE_DISABLE_AUTOCOMPACT",
+        "OPENCODE_DISABLE_PRUNE",
+    )
+}
+# One episode: fresh state, the plugin stub, the prompt on stdin (as an argument, a prompt with
+# spaces reaches the model wrapped in quotes). $1 prompt, $2 model. No braces: the agent's
+# command arguments are templates.
+EPISODE = """set -e
+state=$(mktemp -d)
+trap 'rm -rf "$state"' EXIT
+mkdir -p "$state/config/opencode/node_modules" "$state/home" "$state/data" "$state/cache" "$state/state" "$state/tmp"
+printf '%s' "$LOONGSAGE_OPENCODE_STUB_PACKAGE" > "$state/config/opencode/package.json"
+printf '%s' "$LOONGSAGE_OPENCODE_STUB_LOCK" > "$state/config/opencode/package-lock.json"
+export HOME="$state/home" XDG_CONFIG_HOME="$state/config" XDG_DATA_HOME="$state/data"
+export XDG_CACHE_HOME="$state/cache" XDG_STATE_HOME="$state/state" TMPDIR="$state/tmp" SHELL=/bin/bash
+printf '%s' "$1" | "$LOONGSAGE_OPENCODE" run --format json --dir "$PWD" -m "loongsage/$2"
+"""
+
+
+class OpenCodeAgent:
+    """`agent.name=opencode`. `tools`: OpenCode's tools to offer; `max_tokens`: what each request
+    asks for (see above); `timeout_s`: the whole episode; `bash_timeout_s`: one bash command."""
+
+    def __init__(
+        self,
+        tools: tuple[str, ...] | list[str] = DEFAULT_TOOLS,
+        max_tokens: int = 256,
+        timeout_s: float = 900.0,
+        bash_timeout_s: float = 60.0,
+    ):
+        unknown = sorted(set(tools) - set(KNOWN_TOOLS))
+        if unknown:
+            raise ValueError(f"agent opencode: unknown tools {unknown} (OpenCode's: {', '.join(KNOWN_TOOLS)})")
+        if max_tokens < 1:
+            raise ValueError(f"agent opencode: max_tokens={max_tokens} must be >= 1")
+        self.tools, self.max_tokens, self.timeout_s = tuple(tools), max_tokens, timeout_s
+        self.bash_timeout_ms = int(bash_timeout_s * 1000)
+        self.binary = _opencode_binary()
+        self.version = _version(self.binary)
+
+    def run(self, task: AgentTask, endpoint: Endpoint) -> AgentResult:
+        if task.sandbox is not None and task.sandbox.limits.memory_mb < MIN_MEMORY_MB:
+            raise ValueError(
+                f"agent opencode: agent.sandbox_limits.memory_mb={task.sandbox.limits.memory_mb} is too little address "
+                f"space for OpenCode's runtime, which aborts at start under {MIN_MEMORY_MB}; set it to {MIN_MEMORY_MB} or more"
+            )
+        config = self.config(endpoint.model, task.system_prompt or DEFAULT_PROMPT)
+        stub = {"dependencies": {"@opencode-ai/plugin": self.version}}
+        env = {
+            **OFF,
+            "OPENCODE_CONFIG_CONTENT": json.dumps(config),
+            "OPENCODE_EXPERIMENTAL_BASH_DEFAULT_TIMEOUT_MS": str(self.bash_timeout_ms),
+            "LOONGSAGE_OPENCODE": self.binary,
+            "LOONGSAGE_OPENCODE_STUB_PACKAGE": json.dumps(stub),
+            "LOONGSAGE_OPENCODE_STUB_LOCK": json.dumps(
+                {"name": "opencode", "lockfileVersion": 3, "requires": True, "packages": {"": stub}}
+            ),
+        }
+        command = ("bash", "-c", EPISODE, "opencode-episode", "{prompt}", "{model}")
+        agent = BlackBoxAgent(command=command, env=env, in_sandbox=True, timeout_s=self.timeout_s)
+        return agent.run(task, endpoint)
+
+    def config(self, model: str, prompt: str) -> dict:
+        """OpenCode's configuration for one episode (its schema: https://opencode.ai/config.json)."""
+        denied = {tool: "deny" for tool in KNOWN_TOOLS if tool not in self.tools}
+        return {
+            "$schema": "https://opencode.ai/config.json",
+            "model": f"{PROVIDER}/{model}",
+            "small_model": f"{PROVIDER}/{model}",
+            "enabled_providers": [PROVIDER],
+            "autoupdate": False,
+            "share": "disabled",
+            "snapshot": False,
+            "lsp": False,
+            "formatter": False,
+            "compaction": {"auto": False, "prune": False},
+            "provider": {
+                PROVIDER: {
+                    "npm": "@ai-sdk/openai-compatible",
+                    "name": "LoongSage router",
+                    "options": {"baseURL": "{env:OPENAI_BASE_URL}", "apiKey": "{env:OPENAI_API_KEY}", "timeout": 600000},
+                    # The context limit only paces compaction, which is off; the router enforces the real one.
+                    "models": {
+                        model: {"name": model, "tool_call": True, "limit": {"context": 1 << 20, "output": self.max_tokens}}
+                    },
+                }
+            },
+            # The last matching rule wins: "*" first.
+            "permission": {"*": "allow", "external_directory": "allow", "doom_loop": "allow", **denied},
+            "agent": {"title": {"disable": True}, "build": {"prompt": prompt}},
+        }
+
+
+def _opencode_binary() -> str:
+    """The OpenCode executable itself (the npm launcher is a symlink to it), at a path a sandbox sees."""
+    found = shutil.which("opencode")
+    if found is None:
+        raise ValueError("agent opencode: the `opencode` command is missing; npm install -g opencode-ai")
+    binary = os.path.realpath(found)
+    if binary.startswith(UNSEEN_PREFIXES):
+        raise ValueError(
+            f"agent opencode: {binary} is under {Path(binary).parts[1]}/, which sandboxes do not see; "
+            "install it system-wide (npm install -g opencode-ai as root, into /usr or /usr/local)"
+        )
+    return binary
+
+
+def _version(binary: str) -> str:
+    try:
+        done = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60, env={**os.environ, **OFF})
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ValueError(f"agent opencode: {binary} --version failed: {exc}") from None
+    version = done.stdout.strip()
+    if done.returncode != 0 or not version:
+        raise ValueError(f"agent opencode: {binary} --version failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
+    return version

@@ -1,0 +1,83 @@
+"""OpenCode, unmodified, as a black-box agent in the episode's sandbox: driven by scripted model
+replies (no tiny model emits a tool call on demand), it reads, edits and tests a repository
+through its own tools, every call goes through the router and is recorded, and its patch is
+what a grader would see."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from loongsage.agentflow.agents import AgentTask, Endpoint, build_agent
+from loongsage.agentflow.agents.opencode import DEFAULT_PROMPT, MIN_MEMORY_MB
+from loongsage.agentflow.router import to_samples
+from loongsage.agentflow.sandbox import SandboxLimits, available_backends, create_sandbox
+from loongsage.models import load_tokenizer
+from tests.integration.router_support import ScriptedEngine, start_router
+
+pytestmark = pytest.mark.skipif(shutil.which("opencode") is None, reason="OpenCode is not installed (npm install -g opencode-ai)")
+
+REPO = {
+    "calc.py": "def add(a, b):\n    return a - b\n",
+    "tests/test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+}
+PROMPT = "add(2, 3) returns -1 instead of 5. Fix calc.py."
+
+
+def tool_call(name: str, **arguments) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+@pytest.mark.parametrize("backend", [b for b in ("bwrap", "local") if b in available_backends()][:1] or ["local"])
+def test_opencode_fixes_the_bug_through_the_router_inside_the_sandbox(backend, tiny_model_path):
+    tokenizer = load_tokenizer(tiny_model_path)
+    engine = ScriptedEngine(tokenizer, max_context=8192)
+    router = start_router(engine.url, tiny_model_path, tokenizer)
+    try:
+        engine.say(tool_call("read", filePath="/workspace/calc.py" if backend == "bwrap" else "calc.py"))
+        engine.say(tool_call("edit", filePath="calc.py", oldString="a - b", newString="a + b"))
+        engine.say(tool_call("bash", command="python3 -m pytest -q tests", description="Run the tests"))
+        engine.say("Fixed: add now returns a + b.")
+        agent = build_agent("opencode", {"max_tokens": 128, "timeout_s": 300})
+        with create_sandbox(REPO, backend=backend, limits=SandboxLimits(memory_mb=MIN_MEMORY_MB)) as sandbox:
+            result = agent.run(
+                AgentTask("oc-1", PROMPT, sandbox), Endpoint(router.url_for("oc-1"), router.router.api_key, "tiny")
+            )
+        assert result.exit_status == "exited", result.log
+        assert "-    return a - b\n+    return a + b" in result.patch
+        assert len(engine.requests) == 4, "one model call per step: no title, compaction or other side call"
+
+        prompts = [tokenizer.decode(r["input_ids"]) for r in engine.requests]
+        assert DEFAULT_PROMPT in prompts[0] and PROMPT in prompts[0]
+        offered = {
+            name
+            for name in ("bash", "read", "edit", "write", "glob", "grep", "task", "webfetch")
+            if f'"name": "{name}"' in prompts[0]
+        }
+        assert offered == {"bash", "read", "edit", "write"}
+        assert "return a - b" in prompts[1]  # the read tool's output reached the model
+        assert "1 passed" in prompts[3]  # and the test run's
+        assert all(r["sampling_params"]["max_new_tokens"] == 128 for r in engine.requests)
+
+        (branch,) = router.router.store.get("oc-1").branches  # one linear conversation: ids extended turn by turn
+        (sample,) = to_samples(router.router.store.pop("oc-1"))
+        sampled = [i for i, m in zip(sample.response_ids, sample.loss_mask) if m == 1]
+        assert sampled == [t for ids in engine.outputs for t in ids]
+        assert len(branch.turns) == 4 and 0 in sample.loss_mask
+    finally:
+        router.stop()
+        engine.stop()
+
+
+def test_unknown_tools_are_refused_by_name():
+    with pytest.raises(ValueError, match=r"unknown tools \['shell'\]"):
+        build_agent("opencode", {"tools": ["bash", "shell"]})
+
+
+def test_too_little_address_space_is_refused_naming_the_setting():
+    agent = build_agent("opencode", {})
+    with create_sandbox(REPO, backend="local", limits=SandboxLimits(memory_mb=2048)) as sandbox:
+        with pytest.raises(ValueError, match=r"agent.sandbox_limits.memory_mb=2048 .* set it to 4096"):
+            agent.run(AgentTask("oc-2", PROMPT, sandbox), Endpoint("http://127.0.0.1:9/v1", "key", "tiny"))
