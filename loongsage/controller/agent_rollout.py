@@ -88,14 +88,16 @@ class AgentRolloutSource:
         sandboxes and recorded by the router exactly as a rollout of them would be."""
         agent = next(iter(self.agents.values()))
         if not hasattr(agent, "demonstration"):
-            raise ValueError(f"warm_start: agent {self.cfg.agent.name!r} cannot replay demonstrations (the tool agent can)")
+            raise ValueError(
+                f"warm_start: agent {self.cfg.agent.name!r} cannot replay demonstrations (the tool agent and opencode can)"
+            )
         samples: list[Sample] = []
         for item in items:
             calls = item.data.get("demonstration")
             if not calls:
                 raise ValueError(f"warm_start: item {item.id!r} carries no demonstration")
             with self._workspace(item) as sandbox:
-                body = agent.demonstration(self._task(item, sandbox), calls)
+                body = agent.demonstration(self._task(item, sandbox), calls, self.cfg.model.name)
             trajectory = self.server.router.demonstrate(f"demo-{item.id}", body)
             samples.extend(to_samples(trajectory, mode=self.cfg.agent.export))
         return samples

@@ -11,10 +11,11 @@ import shutil
 import pytest
 
 from loongsage.agentflow.agents import AgentTask, Endpoint, build_agent
-from loongsage.agentflow.agents.opencode import DEFAULT_PROMPT, MIN_MEMORY_MB
+from loongsage.agentflow.agents.opencode import CLOSING_REPLY, DEFAULT_PROMPT, MIN_MEMORY_MB, opencode_calls
 from loongsage.agentflow.router import to_samples
 from loongsage.agentflow.sandbox import SandboxLimits, available_backends, create_sandbox
 from loongsage.models import load_tokenizer
+from loongsage.tasks.swe.source import swe_synth
 from tests.integration.router_support import ScriptedEngine, start_router
 
 pytestmark = pytest.mark.skipif(shutil.which("opencode") is None, reason="OpenCode is not installed (npm install -g opencode-ai)")
@@ -81,3 +82,35 @@ def test_too_little_address_space_is_refused_naming_the_setting():
     with create_sandbox(REPO, backend="local", limits=SandboxLimits(memory_mb=2048)) as sandbox:
         with pytest.raises(ValueError, match=r"agent.sandbox_limits.memory_mb=2048 .* set it to 4096"):
             agent.run(AgentTask("oc-2", PROMPT, sandbox), Endpoint("http://127.0.0.1:9/v1", "key", "tiny"))
+
+
+def test_a_demonstration_through_opencode_is_recorded_exactly_as_a_rollout_of_the_same_calls(tiny_model_path):
+    """The warm start's sample for a task's gold calls equals the sample of an episode in which
+    the model itself made OpenCode's calls for them: same prompt ids, response ids, mask."""
+    (item,) = swe_synth(count=1, seed=7)
+    tokenizer = load_tokenizer(tiny_model_path)
+    engine = ScriptedEngine(tokenizer, max_context=8192)
+    router = start_router(engine.url, tiny_model_path, tokenizer, chat_format="hermes_compact")
+    agent = build_agent("opencode", {"tools": ["read", "edit"], "max_tokens": 128, "timeout_s": 300})
+    limits = SandboxLimits(memory_mb=MIN_MEMORY_MB)
+    try:
+        with create_sandbox(item["task"].files, limits=limits) as sandbox:
+            body = agent.demonstration(AgentTask(item["id"], item["prompt"], sandbox), item["demonstration"], "tiny")
+            demo_patch = sandbox.diff()
+        for call in opencode_calls(item["demonstration"], sandbox.workdir):
+            engine.say(tool_call(call.name, **json.loads(call.arguments)))
+        engine.say(CLOSING_REPLY)
+        with create_sandbox(item["task"].files, limits=limits) as sandbox:
+            rolled = agent.run(
+                AgentTask(item["id"], item["prompt"], sandbox), Endpoint(router.url_for("r"), router.router.api_key, "tiny")
+            )
+        (rollout,) = to_samples(router.router.store.pop("r"))
+        (demo,) = to_samples(router.router.demonstrate("demo", body))
+    finally:
+        router.stop()
+        engine.stop()
+    assert rolled.exit_status == "exited" and rolled.patch == demo_patch and "+" in demo_patch
+    assert [m["role"] for m in body["messages"]][-5:] == ["assistant", "tool", "assistant", "tool", "assistant"]
+    assert demo.prompt_ids == rollout.prompt_ids
+    assert demo.response_ids == rollout.response_ids
+    assert demo.loss_mask == rollout.loss_mask and 0 in demo.loss_mask

@@ -91,7 +91,9 @@ def test_without_a_system_prompt_the_tool_agent_uses_its_own_and_the_chat_agent_
 
 
 def test_demonstrations_open_with_the_tasks_system_prompt():
-    body = ToolAgent().demonstration(AgentTask("d", "Fix it.", system_prompt=SYSTEM), [{"name": "submit", "arguments": {}}])
+    body = ToolAgent().demonstration(
+        AgentTask("d", "Fix it.", system_prompt=SYSTEM), [{"name": "submit", "arguments": {}}], "tiny"
+    )
     assert body["messages"][:2] == [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Fix it."}]
     assert json.loads(body["messages"][2]["tool_calls"][0]["function"]["arguments"]) == {}
 

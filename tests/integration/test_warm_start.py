@@ -44,7 +44,7 @@ def test_demonstration_is_recorded_exactly_as_a_rollout_of_the_same_calls(tiny_m
                 Endpoint(router.url_for("rollout"), router.router.api_key, "tiny"),
             )
         with create_sandbox(item["task"].files) as sandbox:
-            body = agent.demonstration(AgentTask(item["id"], item["prompt"], sandbox, system_prompt=SYSTEM), calls)
+            body = agent.demonstration(AgentTask(item["id"], item["prompt"], sandbox, system_prompt=SYSTEM), calls, "tiny")
             replayed_patch = sandbox.diff()
         (rollout,) = to_samples(router.router.store.pop("rollout"))
         (demo,) = to_samples(router.router.demonstrate("demo", body))

@@ -29,6 +29,11 @@ patched. What the preset sets, and why:
 The episode ends when OpenCode does: after a reply with no tool call, or when a request fails
 (the router's 400 when the conversation no longer fits the context). Its patch is graded as
 any agent's.
+
+Demonstrations (warm start) go through OpenCode too (`replay.py`): a task's gold calls
+(str_replace per change, then submit) become OpenCode's own calls, `read` then `edit` per file
+(its edit refuses a file not read first) and a closing reply; OpenCode runs them for real
+against a scripted endpoint, and the conversation it sent is what the warm start trains on.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ from pathlib import Path
 
 from loongsage.agentflow.agents.base import AgentResult, AgentTask, Endpoint
 from loongsage.agentflow.agents.blackbox import BlackBoxAgent
+from loongsage.agentflow.agents.replay import ReplayEndpoint, reply
+from loongsage.agentflow.router.messages import ToolCall
 
 PROVIDER = "loongsage"
 DEFAULT_TOOLS = ("bash", "read", "edit", "write")
@@ -48,6 +55,7 @@ KNOWN_TOOLS = (
     *DEFAULT_TOOLS,
     *("glob", "grep", "list", "patch", "webfetch", "websearch", "task", "todowrite", "todoread", "skill", "question"),
 )
+CLOSING_REPLY = "I fixed the bug."  # a demonstration's last reply: no tool call, so OpenCode stops
 DEFAULT_PROMPT = (
     "You are a coding agent working in a git repository. Use the tools to read, edit and test "
     "the code until the task is solved. When finished, reply with a short summary and no tool calls."
@@ -73,15 +81,16 @@ OFF = {
 }
 # One episode: fresh state, the plugin stub, the prompt on stdin (as an argument, a prompt with
 # spaces reaches the model wrapped in quotes). $1 prompt, $2 model. No braces: the agent's
-# command arguments are templates.
+# command arguments are templates. TMPDIR stays /tmp (private to the sandbox under bwrap): the
+# bash tool's description names it, and a random one would make no two episodes' prompts alike.
 EPISODE = """set -e
 state=$(mktemp -d)
 trap 'rm -rf "$state"' EXIT
-mkdir -p "$state/config/opencode/node_modules" "$state/home" "$state/data" "$state/cache" "$state/state" "$state/tmp"
+mkdir -p "$state/config/opencode/node_modules" "$state/home" "$state/data" "$state/cache" "$state/state"
 printf '%s' "$LOONGSAGE_OPENCODE_STUB_PACKAGE" > "$state/config/opencode/package.json"
 printf '%s' "$LOONGSAGE_OPENCODE_STUB_LOCK" > "$state/config/opencode/package-lock.json"
 export HOME="$state/home" XDG_CONFIG_HOME="$state/config" XDG_DATA_HOME="$state/data"
-export XDG_CACHE_HOME="$state/cache" XDG_STATE_HOME="$state/state" TMPDIR="$state/tmp" SHELL=/bin/bash
+export XDG_CACHE_HOME="$state/cache" XDG_STATE_HOME="$state/state" TMPDIR=/tmp SHELL=/bin/bash
 printf '%s' "$1" | "$LOONGSAGE_OPENCODE" run --format json --dir "$PWD" -m "loongsage/$2"
 """
 
@@ -129,6 +138,22 @@ class OpenCodeAgent:
         agent = BlackBoxAgent(command=command, env=env, in_sandbox=True, timeout_s=self.timeout_s)
         return agent.run(task, endpoint)
 
+    def demonstration(self, task: AgentTask, calls: list[dict], model: str) -> dict:
+        """The chat request an episode ends with when the model makes `calls` (str_replace and
+        submit, as SWE tasks give them), recorded through OpenCode itself in the task's sandbox."""
+        if task.sandbox is None:
+            raise ValueError(f"agent opencode: demonstration {task.instance_id!r} needs the task's sandbox")
+        replies = [*(reply(tool_calls=[c]) for c in opencode_calls(calls, task.sandbox.workdir)), reply(CLOSING_REPLY)]
+        with ReplayEndpoint(replies, model) as replay:
+            result = self.run(task, Endpoint(replay.base_url, "demonstration", model))
+        if result.exit_status != "exited" or len(replay.requests) != len(replies):
+            raise ValueError(
+                f"agent opencode: demonstration {task.instance_id!r} did not replay: {result.exit_status}, "
+                f"{len(replay.requests)} of {len(replies)} requests ({result.error}; {result.log[-1:]})"
+            )
+        last = replay.requests[-1]
+        return {"messages": [*last["messages"], {"role": "assistant", "content": CLOSING_REPLY}], "tools": last["tools"]}
+
     def config(self, model: str, prompt: str) -> dict:
         """OpenCode's configuration for one episode (its schema: https://opencode.ai/config.json)."""
         denied = {tool: "deny" for tool in KNOWN_TOOLS if tool not in self.tools}
@@ -158,6 +183,25 @@ class OpenCodeAgent:
             "permission": {"*": "allow", "external_directory": "allow", "doom_loop": "allow", **denied},
             "agent": {"title": {"disable": True}, "build": {"prompt": prompt}},
         }
+
+
+def opencode_calls(calls: list[dict], workdir: str) -> list[ToolCall]:
+    """OpenCode's tool calls for a task's gold calls: `read` before the first `edit` of a file,
+    `edit` per str_replace; `submit` is OpenCode's stopping (a reply without a tool call)."""
+    translated, read = [], set()
+    for number, call in enumerate(calls):
+        name, arguments = call["name"], call.get("arguments", {})
+        if name == "submit":
+            break
+        if name != "str_replace":
+            raise ValueError(f"agent opencode: demonstration call {number} is {name!r}; only str_replace and submit translate")
+        path = f"{workdir}/{arguments['path']}"
+        if path not in read:
+            read.add(path)
+            translated.append(("read", {"filePath": path}))
+        edit = {"filePath": path, "oldString": arguments["old_str"], "newString": arguments["new_str"]}
+        translated.append(("edit", edit))
+    return [ToolCall(f"call_demo_{i}", name, json.dumps(args)) for i, (name, args) in enumerate(translated)]
 
 
 def _opencode_binary() -> str:

@@ -80,9 +80,10 @@ class ToolAgent:
             result.patch = task.sandbox.diff()
         return result
 
-    def demonstration(self, task: AgentTask, calls: list[dict]) -> dict:
+    def demonstration(self, task: AgentTask, calls: list[dict], model: str) -> dict:
         """The chat request an episode ends with when the model makes `calls` ({name, arguments}),
-        one per turn, each run for real in the task's sandbox: what a warm start imitates."""
+        one per turn, each run for real in the task's sandbox: what a warm start imitates.
+        `model`: the served name (unused here: nothing this agent sends names it)."""
         messages = self._opening(task)
         for number, call in enumerate(calls):
             arguments = json.dumps(call.get("arguments", {}), ensure_ascii=False)
