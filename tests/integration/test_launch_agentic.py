@@ -28,6 +28,11 @@ TINY = ["model=tiny", "run.steps=2", "rollout.prompts_per_step=1", "rollout.grou
             ],
         ),
         pytest.param(
+            "blackbox_opencode",
+            ["agent.options.max_tokens=16", "warm_start.options.count=4", "warm_start.batch_size=2"],
+            marks=pytest.mark.skipif(shutil.which("opencode") is None, reason="OpenCode is not installed"),
+        ),
+        pytest.param(
             "blackbox_swe",
             ["agent.options.step_limit=1", "agent.options.max_tokens=16"],
             marks=pytest.mark.skipif(shutil.which("mini") is None, reason="mini-swe-agent is not installed"),
@@ -46,13 +51,15 @@ def test_agentic_recipe_runs_episodes_and_trains_on_them(recipe, agent_overrides
     assert logged["rollout/grading_errors"] == {1: 0.0, 2: 0.0}
     assert max(logged["train/mismatch_k3_kl"].values()) < 1e-4  # the trained ids are the sampled ids
     rollouts = (tmp_path / "rollouts.jsonl").read_text()
-    if recipe == "agentic_swe":
+    if recipe in ("agentic_swe", "blackbox_opencode"):
         assert "sandbox preflight passed in " in result.stdout  # before the warm start
-        # Warm start: 2 epochs of 4 demonstrations in batches of 2, then the weights reach the
-        # engines before the first rollout; RL runs on synthesized tasks of another seed.
+        # Warm start: 2 epochs of 4 demonstrations in batches of 2 (for OpenCode, recorded through
+        # OpenCode itself), then the weights reach the engines before the first rollout; RL runs on
+        # other tasks (agentic_swe: synthesized ones of another seed; OpenCode: the bundled ones).
         nll = logged["warm_start/nll"]
         assert sorted(nll) == [1, 2, 3, 4] and nll[4] < nll[1]
         assert logged["rollout/weight_version"][1] == 2.0  # warm start, then step 1
+    if recipe == "agentic_swe":
         assert '"label": "synth-0-' in rollouts
     else:
         easy = {t.instance_id for t in load_tasks(BUNDLED_TASKS_PATH) if t.difficulty == "easy"}
