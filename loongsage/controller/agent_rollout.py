@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 
@@ -85,21 +87,33 @@ class AgentRolloutSource:
 
     def demonstrations(self, items: list[Item]) -> list[Sample]:
         """Training samples of the items' demonstrations, replayed by the (first) agent in fresh
-        sandboxes and recorded by the router exactly as a rollout of them would be."""
+        sandboxes (agent.max_concurrent at once) and recorded by the router exactly as a rollout
+        of them would be, in the items' order."""
         agent = next(iter(self.agents.values()))
         if not hasattr(agent, "demonstration"):
             raise ValueError(
                 f"warm_start: agent {self.cfg.agent.name!r} cannot replay demonstrations (the tool agent and opencode can)"
             )
-        samples: list[Sample] = []
         for item in items:
-            calls = item.data.get("demonstration")
-            if not calls:
+            if not item.data.get("demonstration"):
                 raise ValueError(f"warm_start: item {item.id!r} carries no demonstration")
+
+        def replay(item: Item) -> dict:
             with self._workspace(item) as sandbox:
-                body = agent.demonstration(self._task(item, sandbox), calls, self.cfg.model.name)
-            trajectory = self.server.router.demonstrate(f"demo-{item.id}", body)
+                return agent.demonstration(self._task(item, sandbox), item.data["demonstration"], self.cfg.model.name)
+
+        started, samples = time.perf_counter(), []
+        futures = [self.pool.submit(replay, item) for item in items]
+        for done, (item, future) in enumerate(zip(items, futures), start=1):
+            trajectory = self.server.router.demonstrate(f"demo-{item.id}", future.result())
             samples.extend(to_samples(trajectory, mode=self.cfg.agent.export))
+            elapsed = time.perf_counter() - started
+            # Not a log record: progress, as the warm start's own updates print theirs.
+            print(
+                f"recording demonstrations {done}/{len(items)} | ETA {elapsed / done * (len(items) - done):.0f}s",
+                file=sys.stderr,
+                flush=True,
+            )
         return samples
 
     def close(self) -> None:
