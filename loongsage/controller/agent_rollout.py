@@ -33,6 +33,7 @@ from loongsage.tasks.swe.preflight import sandbox_preflight
 from loongsage.tasks.swe.reward import episode_reward as swe_episode_reward
 
 log = logging.getLogger(__name__)
+DEMONSTRATION_TRIES = 3
 
 
 class AgentRolloutSource:
@@ -98,9 +99,19 @@ class AgentRolloutSource:
             if not item.data.get("demonstration"):
                 raise ValueError(f"warm_start: item {item.id!r} carries no demonstration")
 
-        def replay(item: Item) -> dict:
+        def replay_once(item: Item) -> dict:
             with self._workspace(item) as sandbox:
                 return agent.demonstration(self._task(item, sandbox), item.data["demonstration"], self.cfg.model.name)
+
+        def replay(item: Item) -> dict:
+            # A black-box program can crash once in a while (OpenCode's runtime did, once in ~40
+            # replays here): each try gets a fresh sandbox, since a partial replay changed the tree.
+            for attempt in range(1, DEMONSTRATION_TRIES):
+                try:
+                    return replay_once(item)
+                except Exception as exc:
+                    log.warning("demonstration %s failed (try %d of %d): %s", item.id, attempt, DEMONSTRATION_TRIES, exc)
+            return replay_once(item)  # the last try's failure is the run's
 
         started, samples = time.perf_counter(), []
         futures = [self.pool.submit(replay, item) for item in items]

@@ -149,7 +149,7 @@ class OpenCodeAgent:
         if result.exit_status != "exited" or len(replay.requests) != len(replies):
             raise ValueError(
                 f"agent opencode: demonstration {task.instance_id!r} did not replay: {result.exit_status}, "
-                f"{len(replay.requests)} of {len(replies)} requests ({result.error}; {result.log[-1:]})"
+                f"{len(replay.requests)} of {len(replies)} requests ({result.error}); its output ends: {result.log[0][-600:]!r}"
             )
         last = replay.requests[-1]
         return {"messages": [*last["messages"], {"role": "assistant", "content": CLOSING_REPLY}], "tools": last["tools"]}
