@@ -118,7 +118,11 @@ def _content(value: Any, path: str, nullable: bool) -> str:
         raise bad_request(f"{path} is required", path)
     if isinstance(value, str):
         return value
-    parts = expect(value, (str, list), path)
+    return text_parts(expect(value, (str, list), path), path)
+
+
+def text_parts(parts: list, path: str) -> str:
+    """Content given as parts (text only, in any of the APIs' part types), joined by newlines."""
     texts = []
     for i, part in enumerate(parts):
         part_path = join(path, i)

@@ -37,8 +37,8 @@ from loongsage.agentflow.router.errors import bad_request
 from loongsage.agentflow.router.messages import ChatRequest, Message, Sampling, ToolCall, TurnResult
 from loongsage.agentflow.router.openai_api import (
     MAX_TOP_LOGPROBS,
-    TEXT_PART_TYPES,
     sampling_top_k,
+    text_parts,
     token_logprobs_json,
     tool_choice_mode,
 )
@@ -153,7 +153,8 @@ def _items(raw_items: list) -> list[Message]:
             open_assistant = True
         elif kind == "function_call_output":
             output = item.get("output")
-            text = output if isinstance(output, str) else _text(expect(output, list, join(path, "output")), join(path, "output"))
+            output_path = join(path, "output")
+            text = output if isinstance(output, str) else text_parts(expect(output, list, output_path), output_path)
             messages.append(Message("tool", text, tool_call_id=get(item, "call_id", str, path, required=True)))
             open_assistant = False
         elif kind == "reasoning":
@@ -173,20 +174,9 @@ def _message(item: dict, path: str) -> Message:
     content = item.get("content")
     if content is None:
         raise bad_request(f"{join(path, 'content')} is required", join(path, "content"))
-    text = content if isinstance(content, str) else _text(expect(content, list, join(path, "content")), join(path, "content"))
+    content_path = join(path, "content")
+    text = content if isinstance(content, str) else text_parts(expect(content, list, content_path), content_path)
     return Message(INPUT_ROLES[role], text)
-
-
-def _text(parts: list, path: str) -> str:
-    texts = []
-    for i, part in enumerate(parts):
-        part_path = join(path, i)
-        part = expect(part, dict, part_path)
-        kind = get(part, "type", str, part_path, required=True)
-        if kind not in TEXT_PART_TYPES:
-            raise bad_request(f"content part type {kind!r} is not supported (text only)", join(part_path, "type"))
-        texts.append(get(part, "text", str, part_path, required=True))
-    return "\n".join(texts)
 
 
 def _arguments(value: Any, path: str) -> str:
