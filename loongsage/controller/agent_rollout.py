@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
+from contextlib import contextmanager
 
 from loongsage.agentflow.agents import Agent, AgentResult, AgentTask, Endpoint, build_agent
 from loongsage.agentflow.router import Router, RouterConfig, RouterServer, SamplingDefaults, to_samples
@@ -66,6 +66,8 @@ class AgentRolloutSource:
         self._failures = 0  # episodes whose agent raised, over the run
         self._failures_lock = threading.Lock()
         self.pool = ThreadPoolExecutor(cfg.agent.max_concurrent, thread_name_prefix="agent-episode")
+        self._live: set = set()  # the sandboxes of episodes (and demonstrations) in flight
+        self._live_lock = threading.Lock()
 
     def preflight(self) -> None:
         """When a data source is graded by the SWE reward: stop (PreflightError, with the fix)
@@ -128,6 +130,13 @@ class AgentRolloutSource:
         return samples
 
     def close(self) -> None:
+        """The episodes in flight end first, their sandboxes destroyed (everything in them
+        killed): a black-box program whose endpoint went away retries it for a minute or more
+        (OpenCode: ~65-75 s), and the pool would wait for that."""
+        with self._live_lock:
+            live = list(self._live)
+        for sandbox in live:
+            sandbox.destroy()
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.server.stop()
 
@@ -155,10 +164,22 @@ class AgentRolloutSource:
             mark_grading_error(sample, info)
         return samples
 
+    @contextmanager
     def _workspace(self, item: Item):
-        """A fresh sandbox holding the item's task files, when it has a task with files."""
+        """A fresh sandbox holding the item's task files, when it has a task with files; known
+        while it lives, so that `close` can end it."""
         files = getattr(item.data.get("task"), "files", None)
-        return create_sandbox(files, self.cfg.agent.sandbox, self.limits) if files is not None else nullcontext(None)
+        if files is None:
+            yield None
+            return
+        with create_sandbox(files, self.cfg.agent.sandbox, self.limits) as sandbox:
+            with self._live_lock:
+                self._live.add(sandbox)
+            try:
+                yield sandbox
+            finally:
+                with self._live_lock:
+                    self._live.discard(sandbox)
 
     def _task(self, item: Item, sandbox) -> AgentTask:
         return AgentTask(

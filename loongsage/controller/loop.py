@@ -140,7 +140,9 @@ class Controller:
         2. the engines stop, so every request in flight ends: the pipeline's group threads, the
            agent episodes and the request loop's coroutines return instead of waiting forever;
            then the teachers' engines (a scoring call given up on ends with them);
-        3. the rollout source: the agent episode pool and router server, or the reward workers;
+        3. the rollout source: the sandboxes of episodes in flight (destroyed, so a black-box
+           program retrying the dead endpoint ends now), the episode pool and router server; or
+           the reward workers;
         4. the trainer's actors, so a training call given up on returns, then the weight relays
            (nothing pushes through them any more);
         5. the threads given up on (a controller call, the pipeline's groups) are waited for,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -261,3 +262,31 @@ def test_ctrl_c_while_training_or_syncing_abandons_the_step_unsaved(phase, ray_r
     assert f"stopping at step 1: stopped waiting for {where}, nothing saved" in said, said
     assert latest(tmp_path) == "step_000001" and not (tmp_path / "checkpoints" / "step_000002").exists()
     assert stop_s < STOP_BOUND_S
+
+
+@pytest.mark.skipif(shutil.which("opencode") is None, reason="OpenCode is not installed")
+def test_ctrl_c_ends_black_box_episodes_in_flight(tmp_path):
+    """A black-box program whose endpoint went away retries it for a minute (OpenCode: ~65-75 s);
+    the stop destroys the episodes' sandboxes instead of waiting for it."""
+    run = Run(
+        "recipe=blackbox_opencode",
+        "model=tiny",
+        "run.steps=4",
+        "rollout.prompts_per_step=1",
+        "rollout.group_size=2",
+        "warm_start.source=",
+        "agent.options.max_tokens=16",
+        f"run.dir={tmp_path}",
+    )
+    run.wait_for("step 1/")
+    run.actor("EmbeddedEngineActor").suspend()  # step 2's episodes now wait on the model
+    deadline = time.monotonic() + 60
+    while not any("opencode" in " ".join(_cmdline(p)) for p in run.processes()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    started = run.processes()
+    assert any("opencode" in " ".join(_cmdline(p)) for p in started), "no OpenCode episode in flight"
+    run.ctrl_c()
+    code, stop_s = run.finish()
+    assert code == CTRL_C_EXIT, run.output[-4000:]
+    assert stop_s < STOP_BOUND_S, f"stopping took {stop_s:.1f} s"
+    assert_all_ended(started)
