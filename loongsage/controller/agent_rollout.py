@@ -25,6 +25,7 @@ from loongsage.agentflow.sandbox import SandboxError, SandboxLimits, create_sand
 from loongsage.config import Config
 from loongsage.controller.data_stream import SINGLE_SOURCE, Item
 from loongsage.controller.grading_health import check_grading, mark_grading_error
+from loongsage.controller.live_sandboxes import LiveSandboxes
 from loongsage.controller.rollout import RolloutGroup
 from loongsage.sample import Sample
 from loongsage.tasks.registry import Reward, get_reward
@@ -66,8 +67,7 @@ class AgentRolloutSource:
         self._failures = 0  # episodes whose agent raised, over the run
         self._failures_lock = threading.Lock()
         self.pool = ThreadPoolExecutor(cfg.agent.max_concurrent, thread_name_prefix="agent-episode")
-        self._live: set = set()  # the sandboxes of episodes (and demonstrations) in flight
-        self._live_lock = threading.Lock()
+        self._live = LiveSandboxes()  # of episodes (and demonstrations) in flight
 
     def preflight(self) -> None:
         """When a data source is graded by the SWE reward: stop (PreflightError, with the fix)
@@ -95,7 +95,8 @@ class AgentRolloutSource:
         agent = next(iter(self.agents.values()))
         if not hasattr(agent, "demonstration"):
             raise ValueError(
-                f"warm_start: agent {self.cfg.agent.name!r} cannot replay demonstrations (the tool agent and opencode can)"
+                f"warm_start: agent {self.cfg.agent.name!r} cannot replay demonstrations "
+                "(the tool agent, opencode and mini_swe_agent can)"
             )
         for item in items:
             if not item.data.get("demonstration"):
@@ -130,13 +131,9 @@ class AgentRolloutSource:
         return samples
 
     def close(self) -> None:
-        """The episodes in flight end first, their sandboxes destroyed (everything in them
-        killed): a black-box program whose endpoint went away retries it for a minute or more
-        (OpenCode: ~65-75 s), and the pool would wait for that."""
-        with self._live_lock:
-            live = list(self._live)
-        for sandbox in live:
-            sandbox.destroy()
+        """The episodes in flight end first, their sandboxes destroyed (live_sandboxes.py says
+        why), then the pool (nothing queued starts) and the router."""
+        self._live.close()
         self.pool.shutdown(wait=True, cancel_futures=True)
         self.server.stop()
 
@@ -172,14 +169,8 @@ class AgentRolloutSource:
         if files is None:
             yield None
             return
-        with create_sandbox(files, self.cfg.agent.sandbox, self.limits) as sandbox:
-            with self._live_lock:
-                self._live.add(sandbox)
-            try:
-                yield sandbox
-            finally:
-                with self._live_lock:
-                    self._live.discard(sandbox)
+        with create_sandbox(files, self.cfg.agent.sandbox, self.limits) as sandbox, self._live.holding(sandbox):
+            yield sandbox
 
     def _task(self, item: Item, sandbox) -> AgentTask:
         return AgentTask(
