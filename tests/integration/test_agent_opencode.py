@@ -12,6 +12,7 @@ import pytest
 
 from loongsage.agentflow.agents import AgentTask, Endpoint, build_agent
 from loongsage.agentflow.agents.opencode import CLOSING_REPLY, DEFAULT_PROMPT, MIN_MEMORY_MB, opencode_calls
+from loongsage.agentflow.agents.replay import ReplayEndpoint, reply
 from loongsage.agentflow.router import to_samples
 from loongsage.agentflow.sandbox import SandboxLimits, available_backends, create_sandbox
 from loongsage.models import load_tokenizer
@@ -114,3 +115,28 @@ def test_a_demonstration_through_opencode_is_recorded_exactly_as_a_rollout_of_th
     assert demo.prompt_ids == rollout.prompt_ids
     assert demo.response_ids == rollout.response_ids
     assert demo.loss_mask == rollout.loss_mask and 0 in demo.loss_mask
+
+
+def test_tool_descriptions_replace_opencodes_own_and_keep_its_parameters():
+    """Through OpenCode's plugin hook: the request carries our descriptions, OpenCode's schemas,
+    and `write` with `edit` (OpenCode grants both with one permission)."""
+    short = {"read": "Read a file.", "edit": "Replace oldString with newString.", "write": "Write a file."}
+    agent = build_agent("opencode", {"tools": ["read", "edit"], "tool_descriptions": short, "timeout_s": 120})
+    with create_sandbox(REPO, backend="local", limits=SandboxLimits(memory_mb=MIN_MEMORY_MB)) as sandbox:
+        with ReplayEndpoint([reply("Nothing to do.")], "tiny") as replay:
+            result = agent.run(AgentTask("oc-3", PROMPT, sandbox), Endpoint(replay.base_url, "key", "tiny"))
+    assert result.exit_status == "exited", result.log
+    (request,) = replay.requests
+    functions = {tool["function"]["name"]: tool["function"] for tool in request["tools"]}
+    assert {name: f["description"] for name, f in functions.items()} == short
+    assert {"filePath", "oldString", "newString"} <= set(functions["edit"]["parameters"]["properties"])
+
+
+def test_tool_descriptions_for_tools_not_offered_are_refused_by_name():
+    offered = r"tool_descriptions names \['bash'\], which are not offered \(offered: edit, read, write\)"
+    with pytest.raises(ValueError, match=offered):
+        build_agent("opencode", {"tools": ["read", "edit"], "tool_descriptions": {"bash": "Run a command."}})
+    with pytest.raises(ValueError, match=r"tool_descriptions for \['read'\] must be non-empty text"):
+        build_agent("opencode", {"tools": ["read"], "tool_descriptions": {"read": " "}})
+    with pytest.raises(ValueError, match="write without edit"):
+        build_agent("opencode", {"tools": ["read", "write"]})

@@ -15,7 +15,13 @@ patched. What the preset sets, and why:
 - the tool set (`tools`; default bash, read, edit, write) through `permission` (a tool
   denied is not offered): the rest cost context (task, todowrite, webfetch: about 8k
   characters of schemas) or need what a sandbox lacks (glob and grep fetch ripgrep, webfetch
-  the network). Its six default tools' schemas are about 12k characters; these four, about 9k;
+  the network). Its six default tools' schemas are about 12k characters; these four, about 9k.
+  OpenCode grants `write` with `edit` (one permission), so `edit` always brings `write`;
+- the tools' descriptions, when `tool_descriptions` names some: OpenCode's own are written for
+  large models (read, edit and write: about 800 SmolLM2 tokens, more than the rest of a
+  SWE episode), so a recipe for a small model gives short ones. They are set through
+  OpenCode's plugin hook for exactly this (`tool.definition`), by a plugin file in the
+  episode's config directory; the parameters' schemas stay OpenCode's;
 - the system prompt: `data.system_prompt` when set, else a short one (OpenCode's own is about
   9,600 characters, a third of a small model's context), through `agent.build.prompt`;
   OpenCode appends its environment block (working directory, platform, date);
@@ -89,15 +95,29 @@ trap 'rm -rf "$state"' EXIT
 mkdir -p "$state/config/opencode/node_modules" "$state/home" "$state/data" "$state/cache" "$state/state"
 printf '%s' "$LOONGSAGE_OPENCODE_STUB_PACKAGE" > "$state/config/opencode/package.json"
 printf '%s' "$LOONGSAGE_OPENCODE_STUB_LOCK" > "$state/config/opencode/package-lock.json"
+if [ -n "$LOONGSAGE_OPENCODE_PLUGIN" ]; then
+  mkdir -p "$state/config/opencode/plugins"
+  printf '%s' "$LOONGSAGE_OPENCODE_PLUGIN" > "$state/config/opencode/plugins/loongsage.js"
+fi
 export HOME="$state/home" XDG_CONFIG_HOME="$state/config" XDG_DATA_HOME="$state/data"
 export XDG_CACHE_HOME="$state/cache" XDG_STATE_HOME="$state/state" TMPDIR=/tmp SHELL=/bin/bash
 printf '%s' "$1" | "$LOONGSAGE_OPENCODE" run --format json --dir "$PWD" -m "loongsage/$2"
+"""
+# OpenCode's plugin API (a server plugin's `tool.definition` hook): each tool named in
+# LOONGSAGE_OPENCODE_TOOL_DESCRIPTIONS gets that description.
+DESCRIPTIONS_PLUGIN = """const descriptions = JSON.parse(process.env.LOONGSAGE_OPENCODE_TOOL_DESCRIPTIONS || "{}");
+export const LoongSageToolDescriptions = async () => ({
+  "tool.definition": async (input, output) => {
+    if (Object.hasOwn(descriptions, input.toolID)) output.description = descriptions[input.toolID];
+  },
+});
 """
 
 
 class OpenCodeAgent:
     """`agent.name=opencode`. `tools`: OpenCode's tools to offer; `max_tokens`: what each request
-    asks for (see above); `timeout_s`: the whole episode; `bash_timeout_s`: one bash command."""
+    asks for (see above); `timeout_s`: the whole episode; `bash_timeout_s`: one bash command;
+    `tool_descriptions`: {tool: description} in place of OpenCode's own (see above)."""
 
     def __init__(
         self,
@@ -105,13 +125,17 @@ class OpenCodeAgent:
         max_tokens: int = 256,
         timeout_s: float = 900.0,
         bash_timeout_s: float = 60.0,
+        tool_descriptions: dict[str, str] | None = None,
     ):
         unknown = sorted(set(tools) - set(KNOWN_TOOLS))
         if unknown:
             raise ValueError(f"agent opencode: unknown tools {unknown} (OpenCode's: {', '.join(KNOWN_TOOLS)})")
         if max_tokens < 1:
             raise ValueError(f"agent opencode: max_tokens={max_tokens} must be >= 1")
+        if "write" in tools and "edit" not in tools:
+            raise ValueError("agent opencode: tools has write without edit; OpenCode grants both or neither (one permission)")
         self.tools, self.max_tokens, self.timeout_s = tuple(tools), max_tokens, timeout_s
+        self.tool_descriptions = _checked_descriptions(dict(tool_descriptions or {}), self.offered_tools())
         self.bash_timeout_ms = int(bash_timeout_s * 1000)
         self.binary = _opencode_binary()
         self.version = _version(self.binary)
@@ -134,6 +158,9 @@ class OpenCodeAgent:
                 {"name": "opencode", "lockfileVersion": 3, "requires": True, "packages": {"": stub}}
             ),
         }
+        if self.tool_descriptions:
+            env["LOONGSAGE_OPENCODE_PLUGIN"] = DESCRIPTIONS_PLUGIN
+            env["LOONGSAGE_OPENCODE_TOOL_DESCRIPTIONS"] = json.dumps(self.tool_descriptions)
         command = ("bash", "-c", EPISODE, "opencode-episode", "{prompt}", "{model}")
         agent = BlackBoxAgent(command=command, env=env, in_sandbox=True, timeout_s=self.timeout_s)
         return agent.run(task, endpoint)
@@ -154,9 +181,13 @@ class OpenCodeAgent:
         last = replay.requests[-1]
         return {"messages": [*last["messages"], {"role": "assistant", "content": CLOSING_REPLY}], "tools": last["tools"]}
 
+    def offered_tools(self) -> tuple[str, ...]:
+        """The tools OpenCode offers: those asked for, and `write` with `edit` (one permission)."""
+        return tuple(sorted({*self.tools, *(("write",) if "edit" in self.tools else ())}))
+
     def config(self, model: str, prompt: str) -> dict:
         """OpenCode's configuration for one episode (its schema: https://opencode.ai/config.json)."""
-        denied = {tool: "deny" for tool in KNOWN_TOOLS if tool not in self.tools}
+        denied = {tool: "deny" for tool in KNOWN_TOOLS if tool not in self.offered_tools()}
         return {
             "$schema": "https://opencode.ai/config.json",
             "model": f"{PROVIDER}/{model}",
@@ -202,6 +233,19 @@ def opencode_calls(calls: list[dict], workdir: str) -> list[ToolCall]:
         edit = {"filePath": path, "oldString": arguments["old_str"], "newString": arguments["new_str"]}
         translated.append(("edit", edit))
     return [ToolCall(f"call_demo_{i}", name, json.dumps(args)) for i, (name, args) in enumerate(translated)]
+
+
+def _checked_descriptions(descriptions: dict[str, str], offered: tuple[str, ...]) -> dict[str, str]:
+    """A description for a tool that is not offered would select nothing: refused, by name."""
+    stray = sorted(set(descriptions) - set(offered))
+    if stray:
+        raise ValueError(
+            f"agent opencode: tool_descriptions names {stray}, which are not offered (offered: {', '.join(offered)})"
+        )
+    empty = sorted(name for name, text in descriptions.items() if not isinstance(text, str) or not text.strip())
+    if empty:
+        raise ValueError(f"agent opencode: tool_descriptions for {empty} must be non-empty text")
+    return descriptions
 
 
 def _opencode_binary() -> str:
