@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 
 import pytest
 
 from loongsage.agentflow.agents import AgentTask, Endpoint, build_agent
+from loongsage.agentflow.agents.miniswe import SUBMIT_SENTINEL, mini_calls
 from loongsage.agentflow.router import to_samples
 from loongsage.agentflow.sandbox import create_sandbox
 from loongsage.inference.embedded.engine import Engine
 from loongsage.inference.embedded.server import EmbeddedServer
 from loongsage.models import load_tokenizer
+from loongsage.tasks.swe.source import swe_synth
 from tests.integration.router_support import RecordingProxy, ScriptedEngine, start_router
 
 REPO = {
@@ -97,3 +100,52 @@ def test_mini_swe_agent_runs_unmodified_through_the_router(tiny_model_path, toke
         router.stop()
         proxy.stop()
         engine.stop()
+
+
+@pytest.mark.skipif(shutil.which("mini") is None, reason="mini-swe-agent is not installed")
+def test_a_mini_swe_agent_demonstration_is_recorded_exactly_as_a_rollout_of_the_same_calls(tiny_model_path, tokenizer):
+    """The warm start's sample for a task's gold calls (through mini-swe-agent, with a template
+    of its own config that has Jinja braces) equals the sample of an episode in which the model
+    made the same bash calls: same prompt ids, response ids, mask; the same patch."""
+    (item,) = swe_synth(count=1, seed=7)
+    template = "Fix this: {{task}}\nSubmit with `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` alone."
+    agent = build_agent(
+        "mini_swe_agent", {"step_limit": 4, "timeout_s": 300, "extra_config": [f"agent.instance_template={template}"]}
+    )
+    engine = ScriptedEngine(tokenizer, max_context=8192)
+    router = start_router(engine.url, tiny_model_path, tokenizer, chat_format="hermes_compact")
+    try:
+        with create_sandbox(item["task"].files) as sandbox:
+            body = agent.demonstration(AgentTask(item["id"], item["prompt"], sandbox), item["demonstration"], "tiny")
+            demo_patch = sandbox.diff()
+        for call in mini_calls(item["demonstration"]):
+            engine.say(_tool_call("bash", **json.loads(call.arguments)))
+        with create_sandbox(item["task"].files) as sandbox:
+            rolled = agent.run(
+                AgentTask(item["id"], item["prompt"], sandbox), Endpoint(router.url_for("r"), router.router.api_key, "tiny")
+            )
+        (rollout,) = to_samples(router.router.store.pop("r"))
+        (demo,) = to_samples(router.router.demonstrate("demo", body))
+    finally:
+        router.stop()
+        engine.stop()
+    assert rolled.exit_status == "exited" and rolled.patch == demo_patch and "+" in demo_patch
+    assert body["messages"][1]["content"].startswith(f"Fix this: {item['prompt']}")
+    assert SUBMIT_SENTINEL in body["messages"][-1]["tool_calls"][0]["function"]["arguments"]
+    assert demo.prompt_ids == rollout.prompt_ids
+    assert demo.response_ids == rollout.response_ids
+    assert demo.loss_mask == rollout.loss_mask and 0 in demo.loss_mask
+
+
+def test_mini_calls_replace_exactly_the_text_whatever_its_quotes(tmp_path):
+    """The edit command, run by bash as mini-swe-agent would, replaces the text as written:
+    quotes, backslashes, `$` and backticks are neither shell- nor regex-interpreted."""
+    old, new = "x = 'a'\\n  # $HOME\n", 'x = "b" `id` $(true)\n'
+    (tmp_path / "a.py").write_text(f"y = 1\n{old}{old}")
+    calls = [{"name": "str_replace", "arguments": {"path": "a.py", "old_str": old, "new_str": new}}, {"name": "submit"}]
+    edit, submit = (json.loads(call.arguments)["command"] for call in mini_calls(calls))
+    subprocess.run(["bash", "-c", edit], cwd=tmp_path, check=True)
+    assert (tmp_path / "a.py").read_text() == f"y = 1\n{new}{old}"  # the first occurrence only, as str_replace
+    assert submit == f"echo {SUBMIT_SENTINEL}"
+    with pytest.raises(ValueError, match="call 0 is 'bash'; only str_replace and submit translate"):
+        mini_calls([{"name": "bash", "arguments": {"command": "ls"}}])

@@ -4,77 +4,142 @@ It runs as its own process beside the task's sandbox and reaches the model throu
 router's per-trajectory URL (litellm's `openai/` provider). Its bash actions run inside the
 task's sandbox: mini-swe-agent takes an environment class by import path, and
 `SandboxEnvironment` below is that class, attached to the sandbox the framework created.
+
+Demonstrations (warm start) go through mini-swe-agent too (`replay.py`): a task's gold calls
+become its own bash tool calls, each str_replace a short Python edit of the file and `submit`
+its submitting command, run for real against a scripted endpoint; the conversation it sent is
+what the warm start trains on.
 """
 
 from __future__ import annotations
 
+import json
 import platform
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
+from loongsage.agentflow.agents.base import AgentResult, AgentTask, Endpoint
 from loongsage.agentflow.agents.blackbox import BlackBoxAgent
+from loongsage.agentflow.agents.replay import ReplayEndpoint, reply
+from loongsage.agentflow.router.messages import ToolCall
 from loongsage.agentflow.sandbox import attach_sandbox
 
 # mini-swe-agent's own sentinel: the first output line of the submitting command.
 SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+# A str_replace as one bash command: the strings as Python literals (repr: single quotes unless
+# the text has one, so the tool call's JSON needs few escapes), and no shell quoting or regex
+# escaping stands between the model and the exact text.
+EDIT_COMMAND = """python3 - <<'EOF'
+from pathlib import Path
+p = Path({path})
+p.write_text(p.read_text().replace({old}, {new}, 1))
+EOF"""
 
 
-def mini_swe_agent(
-    step_limit: int = 10,
-    max_tokens: int | None = None,
-    config: str = "mini.yaml",
-    timeout_s: float = 900.0,
-    command_timeout_s: int = 60,
-    extra_config: tuple[str, ...] = (),
-) -> BlackBoxAgent:
-    """A BlackBoxAgent running the `mini` CLI non-interactively against the trajectory's URL.
-    `extra_config`: more of mini-swe-agent's own `--config key=value` specs.
+class MiniSweAgent:
+    """`agent.name=mini_swe_agent`: the `mini` CLI, run non-interactively against the
+    trajectory's URL. `extra_config`: more of mini-swe-agent's own `--config key=value` specs,
+    passed as written (braces too: its templates are Jinja, e.g. `agent.instance_template=...{{task}}`).
 
     data.system_prompt is not passed: mini-swe-agent's system prompt is a Jinja template in its
-    own `config` (agent.system_template), written for its bash-block protocol, and replacing it
+    own `config` (agent.system_template), written for its bash-tool protocol, and replacing it
     with plain text would break that protocol; set it there. Sampling: `max_tokens` is an
     override; unset, the router applies rollout.max_new_tokens (and rollout.temperature, ...)."""
-    if max_tokens is not None:
-        extra_config = (f"model.model_kwargs.max_tokens={max_tokens}", *extra_config)
-    # Beside this interpreter first: a venv's scripts are often not on PATH.
-    mini = shutil.which("mini", path=str(Path(sys.executable).parent)) or shutil.which("mini")
-    if mini is None:
-        raise ValueError("agent mini_swe_agent: the `mini` command is missing; pip install mini-swe-agent")
-    command = [
-        mini,
-        "--yolo",
-        "--exit-immediately",
-        "--model",
-        "openai/{model}",
-        "--task",
-        "{prompt}",
-        "--config",
-        config,
-        "--config",
-        "model.model_kwargs.api_base={base_url}",
-        "--config",
-        "model.model_kwargs.api_key={api_key}",
-        "--config",
-        "model.cost_tracking=ignore_errors",
-        "--config",
-        f"agent.step_limit={step_limit}",
-        "--config",
-        "agent.cost_limit=0",
-        "--environment-class",
-        f"{__name__}.SandboxEnvironment",
-        "--config",
-        "environment.sandbox={sandbox}",
-        "--config",
-        f"environment.timeout={command_timeout_s}",
-        *[part for spec in extra_config for part in ("--config", spec)],
-        "--output",
-        "{scratch}/trajectory.json",
-    ]
-    # MSWEA_CONFIGURED skips its first-run setup prompt; no colour codes in our logs.
-    env = {"MSWEA_CONFIGURED": "true", "NO_COLOR": "1", "LITELLM_LOG": "ERROR"}
-    return BlackBoxAgent(command=tuple(command), timeout_s=timeout_s, env=env)
+
+    def __init__(
+        self,
+        step_limit: int = 10,
+        max_tokens: int | None = None,
+        config: str = "mini.yaml",
+        timeout_s: float = 900.0,
+        command_timeout_s: int = 60,
+        extra_config: tuple[str, ...] | list[str] = (),
+    ):
+        specs = [*((f"model.model_kwargs.max_tokens={max_tokens}",) if max_tokens is not None else ()), *extra_config]
+        # Beside this interpreter first: a venv's scripts are often not on PATH.
+        mini = shutil.which("mini", path=str(Path(sys.executable).parent)) or shutil.which("mini")
+        if mini is None:
+            raise ValueError("agent mini_swe_agent: the `mini` command is missing; pip install mini-swe-agent")
+        command = [
+            mini,
+            "--yolo",
+            "--exit-immediately",
+            "--model",
+            "openai/{model}",
+            "--task",
+            "{prompt}",
+            "--config",
+            config,
+            "--config",
+            "model.model_kwargs.api_base={base_url}",
+            "--config",
+            "model.model_kwargs.api_key={api_key}",
+            "--config",
+            "model.cost_tracking=ignore_errors",
+            "--config",
+            f"agent.step_limit={step_limit}",
+            "--config",
+            "agent.cost_limit=0",
+            "--environment-class",
+            f"{__name__}.SandboxEnvironment",
+            "--config",
+            "environment.sandbox={sandbox}",
+            "--config",
+            f"environment.timeout={command_timeout_s}",
+            # The command's arguments are templates of our placeholders; mini's own specs are literal.
+            *[part for spec in specs for part in ("--config", spec.replace("{", "{{").replace("}", "}}"))],
+            "--output",
+            "{scratch}/trajectory.json",
+        ]
+        # MSWEA_CONFIGURED skips its first-run setup prompt; no colour codes in our logs.
+        env = {"MSWEA_CONFIGURED": "true", "NO_COLOR": "1", "LITELLM_LOG": "ERROR"}
+        self.program = BlackBoxAgent(command=tuple(command), timeout_s=timeout_s, env=env)
+
+    def run(self, task: AgentTask, endpoint: Endpoint) -> AgentResult:
+        return self.program.run(task, endpoint)
+
+    def demonstration(self, task: AgentTask, calls: list[dict], model: str) -> dict:
+        """The chat request an episode ends with when the model makes `calls` (str_replace and
+        submit, as SWE tasks give them), recorded through mini-swe-agent itself in the task's sandbox."""
+        if task.sandbox is None:
+            raise ValueError(f"agent mini_swe_agent: demonstration {task.instance_id!r} needs the task's sandbox")
+        commands = mini_calls(calls)
+        replies = [reply(tool_calls=[command]) for command in commands]
+        with ReplayEndpoint(replies, model) as replay:
+            result = self.run(task, Endpoint(replay.base_url, "demonstration", model))
+        if result.exit_status != "exited" or len(replay.requests) != len(replies):
+            raise ValueError(
+                f"agent mini_swe_agent: demonstration {task.instance_id!r} did not replay: {result.exit_status}, "
+                f"{len(replay.requests)} of {len(replies)} requests ({result.error}); its output ends: {result.log[0][-600:]!r}"
+            )
+        last = replay.requests[-1]
+        submit = commands[-1]
+        closing = {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [{"id": submit.id, "type": "function", "function": {"name": "bash", "arguments": submit.arguments}}],
+        }
+        return {"messages": [*last["messages"], closing], "tools": last["tools"]}
+
+
+def mini_calls(calls: list[dict]) -> list[ToolCall]:
+    """mini-swe-agent's bash calls for a task's gold calls: an edit command per str_replace, then
+    its submitting command (a demonstration always ends by submitting)."""
+    commands = []
+    for number, call in enumerate(calls):
+        name, arguments = call["name"], call.get("arguments", {})
+        if name == "submit":
+            break
+        if name != "str_replace":
+            raise ValueError(
+                f"agent mini_swe_agent: demonstration call {number} is {name!r}; only str_replace and submit translate"
+            )
+        literals = {key: repr(arguments[field]) for key, field in (("path", "path"), ("old", "old_str"), ("new", "new_str"))}
+        commands.append(EDIT_COMMAND.format(**literals))
+    commands.append(f"echo {SUBMIT_SENTINEL}")
+    return [ToolCall(f"call_demo_{i}", "bash", json.dumps({"command": c})) for i, c in enumerate(commands)]
 
 
 class SandboxEnvironment:

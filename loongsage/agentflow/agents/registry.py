@@ -8,7 +8,7 @@ from typing import Any
 from loongsage.agentflow.agents.base import Agent
 from loongsage.agentflow.agents.blackbox import BlackBoxAgent
 from loongsage.agentflow.agents.chat_agent import ChatAgent
-from loongsage.agentflow.agents.miniswe import mini_swe_agent
+from loongsage.agentflow.agents.miniswe import MiniSweAgent
 from loongsage.agentflow.agents.opencode import OpenCodeAgent
 from loongsage.agentflow.agents.tool_agent import ToolAgent
 from loongsage.registry import Registry
@@ -19,7 +19,7 @@ AGENTS: Registry[Callable[..., Agent]] = Registry("agent")
 AGENTS.register("chat", ChatAgent)
 AGENTS.register("tool", ToolAgent)
 AGENTS.register("blackbox", BlackBoxAgent)
-AGENTS.register("mini_swe_agent", mini_swe_agent)
+AGENTS.register("mini_swe_agent", MiniSweAgent)
 AGENTS.register("opencode", OpenCodeAgent)
 
 
