@@ -22,7 +22,7 @@ from typing import Any
 
 from loongsage.agentflow.agents.base import AgentResult, AgentTask, Endpoint
 from loongsage.agentflow.agents.blackbox import BlackBoxAgent
-from loongsage.agentflow.agents.replay import ReplayEndpoint, reply
+from loongsage.agentflow.agents.replay import record_demonstration, reply
 from loongsage.agentflow.router.messages import ToolCall
 from loongsage.agentflow.sandbox import attach_sandbox
 
@@ -105,23 +105,8 @@ class MiniSweAgent:
         submit, as SWE tasks give them), recorded through mini-swe-agent itself in the task's sandbox."""
         if task.sandbox is None:
             raise ValueError(f"agent mini_swe_agent: demonstration {task.instance_id!r} needs the task's sandbox")
-        commands = mini_calls(calls)
-        replies = [reply(tool_calls=[command]) for command in commands]
-        with ReplayEndpoint(replies, model) as replay:
-            result = self.run(task, Endpoint(replay.base_url, "demonstration", model))
-        if result.exit_status != "exited" or len(replay.requests) != len(replies):
-            raise ValueError(
-                f"agent mini_swe_agent: demonstration {task.instance_id!r} did not replay: {result.exit_status}, "
-                f"{len(replay.requests)} of {len(replies)} requests ({result.error}); its output ends: {result.log[0][-600:]!r}"
-            )
-        last = replay.requests[-1]
-        submit = commands[-1]
-        closing = {
-            "role": "assistant",
-            "content": "",
-            "tool_calls": [{"id": submit.id, "type": "function", "function": {"name": "bash", "arguments": submit.arguments}}],
-        }
-        return {"messages": [*last["messages"], closing], "tools": last["tools"]}
+        replies = [reply(tool_calls=[command]) for command in mini_calls(calls)]
+        return record_demonstration("mini_swe_agent", self.run, task, replies, model)
 
 
 def mini_calls(calls: list[dict]) -> list[ToolCall]:

@@ -52,7 +52,7 @@ from pathlib import Path
 
 from loongsage.agentflow.agents.base import AgentResult, AgentTask, Endpoint
 from loongsage.agentflow.agents.blackbox import BlackBoxAgent
-from loongsage.agentflow.agents.replay import ReplayEndpoint, reply
+from loongsage.agentflow.agents.replay import record_demonstration, reply
 from loongsage.agentflow.router.messages import ToolCall
 
 PROVIDER = "loongsage"
@@ -171,15 +171,7 @@ class OpenCodeAgent:
         if task.sandbox is None:
             raise ValueError(f"agent opencode: demonstration {task.instance_id!r} needs the task's sandbox")
         replies = [*(reply(tool_calls=[c]) for c in opencode_calls(calls, task.sandbox.workdir)), reply(CLOSING_REPLY)]
-        with ReplayEndpoint(replies, model) as replay:
-            result = self.run(task, Endpoint(replay.base_url, "demonstration", model))
-        if result.exit_status != "exited" or len(replay.requests) != len(replies):
-            raise ValueError(
-                f"agent opencode: demonstration {task.instance_id!r} did not replay: {result.exit_status}, "
-                f"{len(replay.requests)} of {len(replies)} requests ({result.error}); its output ends: {result.log[0][-600:]!r}"
-            )
-        last = replay.requests[-1]
-        return {"messages": [*last["messages"], {"role": "assistant", "content": CLOSING_REPLY}], "tools": last["tools"]}
+        return record_demonstration("opencode", self.run, task, replies, model)
 
     def offered_tools(self) -> tuple[str, ...]:
         """The tools OpenCode offers: those asked for, and `write` with `edit` (one permission)."""

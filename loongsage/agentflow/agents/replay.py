@@ -7,9 +7,12 @@ samples the same program's episodes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from loongsage.agentflow.agents.base import AgentResult, AgentTask, Endpoint
 from loongsage.agentflow.router import openai_api
 from loongsage.agentflow.router.messages import ToolCall, TurnResult
 from loongsage.http_server import AppServer
@@ -67,3 +70,21 @@ class ReplayEndpoint:
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def record_demonstration(
+    agent: str, run: Callable[[AgentTask, Endpoint], AgentResult], task: AgentTask, replies: list[TurnResult], model: str
+) -> dict:
+    """The chat request an episode of `run` (agent `agent`'s) ends with when the model answers
+    with `replies`: the program run for real against a ReplayEndpoint, its last request plus the
+    last reply. A replay that did not take every reply fails, naming the task and the program's
+    last words."""
+    with ReplayEndpoint(replies, model) as replay:
+        result = run(task, Endpoint(replay.base_url, "demonstration", model))
+    if result.exit_status != "exited" or len(replay.requests) != len(replies):
+        raise ValueError(
+            f"agent {agent}: demonstration {task.instance_id!r} did not replay: {result.exit_status}, "
+            f"{len(replay.requests)} of {len(replies)} requests ({result.error}); its output ends: {result.log[0][-600:]!r}"
+        )
+    last = replay.requests[-1]
+    return {"messages": [*last["messages"], openai_api.message_json(replies[-1])], "tools": last["tools"]}

@@ -211,7 +211,7 @@ def completion_json(results: list[TurnResult], model: str) -> dict:
         "choices": [
             {
                 "index": index,
-                "message": _message_json(result),
+                "message": message_json(result),
                 "logprobs": _logprobs_json(result),
                 "finish_reason": result.finish_reason,
             }
@@ -261,7 +261,8 @@ def error_json(error: RouterError) -> dict:
     return {"error": {"message": error.message, "type": error.kind, "param": error.param, "code": codes.get(error.status)}}
 
 
-def _message_json(result: TurnResult) -> dict:
+def message_json(result: TurnResult) -> dict:
+    """A turn as the assistant message of a Chat Completions response."""
     message: dict = {"role": "assistant", "content": result.content or (None if result.tool_calls else ""), "refusal": None}
     if result.tool_calls:
         message["tool_calls"] = [
