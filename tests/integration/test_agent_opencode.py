@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from loongsage.agentflow.agents import AgentTask, Endpoint, build_agent
+from loongsage.agentflow.agents import AgentTask, Endpoint, build_agent, opencode
 from loongsage.agentflow.agents.opencode import CLOSING_REPLY, DEFAULT_PROMPT, MIN_MEMORY_MB, opencode_calls
 from loongsage.agentflow.agents.replay import ReplayEndpoint, reply
 from loongsage.agentflow.router import to_samples
@@ -26,6 +26,9 @@ REPO = {
     "tests/test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
 }
 PROMPT = "add(2, 3) returns -1 instead of 5. Fix calc.py."
+# The recipe's headroom: at exactly the minimum OpenCode starts, but spawning its bash tool's
+# commands can fail ("Out of memory"; seen once in a few runs here).
+MEMORY_MB = 2 * MIN_MEMORY_MB
 
 
 def tool_call(name: str, **arguments) -> str:
@@ -43,7 +46,7 @@ def test_opencode_fixes_the_bug_through_the_router_inside_the_sandbox(backend, t
         engine.say(tool_call("bash", command="python3 -m pytest -q tests", description="Run the tests"))
         engine.say("Fixed: add now returns a + b.")
         agent = build_agent("opencode", {"max_tokens": 128, "timeout_s": 300})
-        with create_sandbox(REPO, backend=backend, limits=SandboxLimits(memory_mb=MIN_MEMORY_MB)) as sandbox:
+        with create_sandbox(REPO, backend=backend, limits=SandboxLimits(memory_mb=MEMORY_MB)) as sandbox:
             result = agent.run(
                 AgentTask("oc-1", PROMPT, sandbox), Endpoint(router.url_for("oc-1"), router.router.api_key, "tiny")
             )
@@ -93,7 +96,7 @@ def test_a_demonstration_through_opencode_is_recorded_exactly_as_a_rollout_of_th
     engine = ScriptedEngine(tokenizer, max_context=8192)
     router = start_router(engine.url, tiny_model_path, tokenizer, chat_format="hermes_compact")
     agent = build_agent("opencode", {"tools": ["read", "edit"], "max_tokens": 128, "timeout_s": 300})
-    limits = SandboxLimits(memory_mb=MIN_MEMORY_MB)
+    limits = SandboxLimits(memory_mb=MEMORY_MB)
     try:
         with create_sandbox(item["task"].files, limits=limits) as sandbox:
             body = agent.demonstration(AgentTask(item["id"], item["prompt"], sandbox), item["demonstration"], "tiny")
@@ -122,7 +125,7 @@ def test_tool_descriptions_replace_opencodes_own_and_keep_its_parameters():
     and `write` with `edit` (OpenCode grants both with one permission)."""
     short = {"read": "Read a file.", "edit": "Replace oldString with newString.", "write": "Write a file."}
     agent = build_agent("opencode", {"tools": ["read", "edit"], "tool_descriptions": short, "timeout_s": 120})
-    with create_sandbox(REPO, backend="local", limits=SandboxLimits(memory_mb=MIN_MEMORY_MB)) as sandbox:
+    with create_sandbox(REPO, backend="local", limits=SandboxLimits(memory_mb=MEMORY_MB)) as sandbox:
         with ReplayEndpoint([reply("Nothing to do.")], "tiny") as replay:
             result = agent.run(AgentTask("oc-3", PROMPT, sandbox), Endpoint(replay.base_url, "key", "tiny"))
     assert result.exit_status == "exited", result.log
@@ -140,3 +143,14 @@ def test_tool_descriptions_for_tools_not_offered_are_refused_by_name():
         build_agent("opencode", {"tools": ["read"], "tool_descriptions": {"read": " "}})
     with pytest.raises(ValueError, match="write without edit"):
         build_agent("opencode", {"tools": ["read", "write"]})
+
+
+def test_tool_descriptions_that_opencode_did_not_apply_fail_the_demonstration(monkeypatch):
+    """A plugin OpenCode skips (here one without the hook) must not leave a warm start quietly
+    training on OpenCode's own descriptions."""
+    monkeypatch.setattr(opencode, "DESCRIPTIONS_PLUGIN", "export const Nothing = async () => ({});\n")
+    (item,) = swe_synth(count=1, seed=7)
+    agent = build_agent("opencode", {"tools": ["read", "edit"], "tool_descriptions": {"read": "Read a file."}})
+    with create_sandbox(item["task"].files, limits=SandboxLimits(memory_mb=MEMORY_MB)) as sandbox:
+        with pytest.raises(ValueError, match=r"did not apply tool_descriptions for \['read'\]"):
+            agent.demonstration(AgentTask(item["id"], item["prompt"], sandbox), item["demonstration"], "tiny")

@@ -171,7 +171,21 @@ class OpenCodeAgent:
         if task.sandbox is None:
             raise ValueError(f"agent opencode: demonstration {task.instance_id!r} needs the task's sandbox")
         replies = [*(reply(tool_calls=[c]) for c in opencode_calls(calls, task.sandbox.workdir)), reply(CLOSING_REPLY)]
-        return record_demonstration("opencode", self.run, task, replies, model)
+        body = record_demonstration("opencode", self.run, task, replies, model)
+        self._check_descriptions_applied(body["tools"])
+        return body
+
+    def _check_descriptions_applied(self, tools: list[dict]) -> None:
+        """OpenCode loads the descriptions plugin or skips it without a word (a version whose
+        hook changed, say): then the warm start would train on its long descriptions while the
+        recipe says short ones. Refused instead, naming the tools."""
+        sent = {tool["function"]["name"]: tool["function"].get("description") for tool in tools}
+        ignored = sorted(name for name, text in self.tool_descriptions.items() if sent.get(name) != text)
+        if ignored:
+            raise ValueError(
+                f"agent opencode: OpenCode {self.version} did not apply tool_descriptions for {ignored} "
+                "(its tool.definition plugin hook); its own descriptions were sent"
+            )
 
     def offered_tools(self) -> tuple[str, ...]:
         """The tools OpenCode offers: those asked for, and `write` with `edit` (one permission)."""
