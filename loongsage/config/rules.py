@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from loongsage.config.data_mix import mix_shares
 from loongsage.config.parallel import (
     MEGATRON,
     MEGATRON_RANKS,
@@ -214,8 +215,7 @@ def _mix_problems(cfg: Config) -> list[str]:
         return problems
     total = sum(entry.weight for entry in mix)
     prompts = cfg.rollout.prompts_per_step
-    for index, entry in enumerate(mix):
-        share = prompts * entry.weight / total
+    for index, (entry, share) in enumerate(zip(mix, mix_shares(mix, prompts).values())):
         if abs(share - round(share)) > 1e-9 or round(share) == 0:
             problems.append(
                 f"data.mix[{index}] ({entry.name}): rollout.prompts_per_step * weight / total weight = "

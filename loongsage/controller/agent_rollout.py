@@ -23,7 +23,8 @@ from loongsage.agentflow.agents import Agent, AgentResult, AgentTask, Endpoint, 
 from loongsage.agentflow.router import Router, RouterConfig, RouterServer, SamplingDefaults, to_samples
 from loongsage.agentflow.sandbox import SandboxError, SandboxLimits, create_sandbox
 from loongsage.config import Config
-from loongsage.controller.data_stream import SINGLE_SOURCE, Item
+from loongsage.config.data_mix import SINGLE_SOURCE
+from loongsage.controller.data_stream import Item
 from loongsage.controller.grading_health import check_grading, mark_grading_error
 from loongsage.controller.live_sandboxes import LiveSandboxes
 from loongsage.controller.rollout import RolloutGroup

@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from loongsage.config import DataConfig
+from loongsage.config.data_mix import SINGLE_SOURCE, mix_shares
 from loongsage.tasks.registry import get_data_source
-
-SINGLE_SOURCE = ""  # the source's name when data.mix is not set
 
 
 @dataclass(frozen=True)
@@ -89,10 +88,7 @@ class DataStream:
             name: SourceOrder(name, _load_items(source, options), system_prompt, cfg.shuffle, seed)
             for name, source, options, system_prompt in (_entry(cfg, entry) for entry in entries)
         }
-        total = sum(entry.weight for entry in cfg.mix) if cfg.mix else 1.0
-        self.shares = {
-            name: round(batch_size * (entry.weight / total if entry else 1.0)) for name, entry in zip(self.sources, entries)
-        }
+        self.shares = {name: round(share) for name, share in mix_shares(cfg.mix, batch_size).items()}
         self.next_index = dict.fromkeys(self.sources, 0)
         self._lock = threading.Lock()
         self._queued: deque[Item] = deque()  # to be handed out: replayed from a checkpoint, then the current batch

@@ -36,13 +36,13 @@ from loongsage.controller.rewards import RewardPool
 from loongsage.controller.rollout import EngineSeats, RolloutGroup
 from loongsage.controller.rollout_pipeline import ROLLOUT_GROUP_THREAD, RolloutPipeline, RolloutSource
 from loongsage.controller.warm_start import warm_start
-from loongsage.controller.weight_routes import plan_weight_routes, stop_relays
 from loongsage.inference.activity import IdleClock
 from loongsage.models import resolve_model_path
 from loongsage.sample import Sample
 from loongsage.tasks.registry import get_data_source
 from loongsage.teachers.group import TeacherGroup
 from loongsage.training.group import TrainGroup
+from loongsage.transfer.weight_routes import plan_weight_routes, stop_relays
 
 log = logging.getLogger(__name__)
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import ray
 
 from loongsage.config import Config
+from loongsage.config.data_mix import SINGLE_SOURCE
 from loongsage.config.teacher_rules import resident_slots, teacher_routes
-from loongsage.controller.data_stream import SINGLE_SOURCE
 from loongsage.controller.rollout import EngineSeats, engine_cfg, stop_engines
 from loongsage.inference.client import EngineClient
 from loongsage.models import load_tokenizer, resolve_model_path
@@ -79,9 +79,9 @@ class TeacherGroup:
         """The disk loader, or the store's once its routes to the slots are planned."""
         if self.store is None:
             return DiskLoader()
-        from loongsage.controller.weight_routes import plan_pushes, probed_gpus, probed_topology
         from loongsage.teachers.store import PLAN_FILE, STORE
         from loongsage.transfer.routes import Endpoint
+        from loongsage.transfer.weight_routes import plan_pushes, probed_gpus, probed_topology
 
         topology = probed_topology()
         host = ray.get(self.store.address.remote())
@@ -120,7 +120,7 @@ class TeacherGroup:
             self.manager.close()
         stop_engines(self.actors)
         if self.store is not None:
-            from loongsage.controller.weight_routes import stop_relays
+            from loongsage.transfer.weight_routes import stop_relays
 
             stop_relays(self._relays)
             ray.kill(self.store)
