@@ -78,8 +78,8 @@ def tensor_parallel_program(rank: int, world_size: int, store: str, models: dict
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
-    from loongsage.models.convert import load_megatron_checkpoint, save_megatron_checkpoint
     from loongsage.training.megatron.convert import hf_weights
+    from loongsage.training.megatron.hf_convert import load_megatron_checkpoint, save_megatron_checkpoint
     from loongsage.training.megatron.model import forward_logits
 
     _join(rank, world_size, store)

@@ -1,4 +1,4 @@
-"""`python -m loongsage.models.convert` both ways, as a user runs it (its own process and gloo group)."""
+"""`python -m loongsage.training.megatron.hf_convert` both ways, as a user runs it (its own process and gloo group)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,11 @@ from tests.paths import REPO_ROOT
 
 def _convert(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "loongsage.models.convert", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "loongsage.training.megatron.hf_convert", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

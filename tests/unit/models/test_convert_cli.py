@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from loongsage.models.convert import main
+from loongsage.training.megatron.hf_convert import main
 
 
 def test_a_missing_directory_is_named(tmp_path, capsys):

@@ -1,7 +1,7 @@
 """HF model directory <-> Megatron checkpoint, both directions, as a command:
 
-    python -m loongsage.models.convert hf-to-megatron <hf dir> <out>
-    python -m loongsage.models.convert megatron-to-hf <megatron dir> <out hf dir>
+    python -m loongsage.training.megatron.hf_convert hf-to-megatron <hf dir> <out>
+    python -m loongsage.training.megatron.hf_convert megatron-to-hf <megatron dir> <out hf dir>
 
 The Megatron side is megatron-core's distributed checkpoint (`dist_checkpointing`, the
 `torch_dist` format Megatron-LM writes with `--ckpt-format torch_dist`), laid out as
@@ -23,7 +23,7 @@ helper processes (a spawned results queue, forked writers) start from this modul
 only runs under `if __name__ == "__main__"` or from a caller that guards its own main module.
 `hf_files/config.json` is what megatron-to-hf rebuilds the model from.
 
-Either direction converts tensor by tensor (convert.py in training/megatron): the megatron model
+Either direction converts tensor by tensor (convert.py beside this file): the megatron model
 is the only full copy in memory; HF shards are written at most 2 GiB at a time. The output
 directory appears complete or not at all.
 """
@@ -216,7 +216,9 @@ def _atomic_dir(out: Path) -> Iterator[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loongsage.models.convert", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m loongsage.training.megatron.hf_convert", description=__doc__.split("\n\n")[0]
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     to_megatron = commands.add_parser("hf-to-megatron", help="HF model directory -> Megatron distributed checkpoint")
     to_megatron.add_argument("hf_dir", type=Path)
