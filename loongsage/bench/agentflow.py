@@ -27,28 +27,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import multiprocessing
 import statistics
-import threading
 import time
 
 import httpx
 
 from loongsage.agentflow.router import Router, RouterConfig, RouterServer
+from loongsage.bench import agentflow_engines
+from loongsage.bench.engine_process import opening_message, start_engine_process
 from loongsage.bench.repeat import add_repeats_argument, interleaved, pair_ratios, ratio_line, runs_note
 from loongsage.inference.client import EngineClient
-from loongsage.inference.embedded.engine import Engine
-from loongsage.inference.embedded.server import EmbeddedServer
 from loongsage.models import load_tokenizer, resolve_model_path
-
-ENGINE_START_TIMEOUT_S = 300
-TOPICS = ["the weather", "prime numbers", "a cat", "the moon", "rivers", "music", "bread", "trains"]
 
 
 def main(argv: list[str]) -> int:
     if any(arg == "--engines" or arg.startswith("--engines=") for arg in argv):
-        from loongsage.bench import agentflow_engines
-
         return agentflow_engines.main(argv)
     args = _parse(argv)
     model_path = resolve_model_path(args.model)
@@ -136,25 +129,6 @@ def _report(name: str, passes: list[list[float]]) -> None:
     )
 
 
-def start_engine_process(model_path, engine_cfg: dict):
-    """The engine in its own process, as deployments run it (a Ray actor or an SGLang server),
-    so the engine's threads and the router's do not share one interpreter lock."""
-    context = multiprocessing.get_context("spawn")
-    parent, child = context.Pipe()
-    process = context.Process(target=_serve_engine, args=(str(model_path), engine_cfg, child), daemon=True)
-    process.start()
-    if not parent.poll(ENGINE_START_TIMEOUT_S):
-        process.terminate()
-        raise RuntimeError(f"the engine process did not start within {ENGINE_START_TIMEOUT_S} s")
-    return process, parent.recv()
-
-
-def _serve_engine(model_path: str, engine_cfg: dict, conn) -> None:
-    server = EmbeddedServer(Engine(model_path, engine_cfg))
-    conn.send(server.start())
-    threading.Event().wait()  # until terminated
-
-
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m loongsage.bench agentflow", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="tiny")
@@ -196,15 +170,12 @@ class Bench:
             per_conversation = await asyncio.gather(*(conversation(client, tag, c) for c in range(self.args.conversations)))
         return [s for seconds in per_conversation for s in seconds]
 
-    def _opening(self, conversation: int) -> str:
-        return f"Tell me about {TOPICS[conversation % len(TOPICS)]}."
-
     def _follow_up(self, turn: int) -> str:
         return f"And then? ({turn})"
 
     async def _chat(self, client: httpx.AsyncClient, tag: str, conversation: int) -> list[float]:
         url = f"{self.server.url_for(f'{tag}-{conversation}')}/chat/completions"
-        messages = [{"role": "user", "content": self._opening(conversation)}]
+        messages = [{"role": "user", "content": opening_message(conversation)}]
         seconds = []
         for turn in range(self.args.turns):
             body = {
@@ -224,7 +195,7 @@ class Bench:
 
     async def _responses(self, client: httpx.AsyncClient, tag: str, conversation: int) -> list[float]:
         url = f"{self.server.url_for(f'{tag}-{conversation}')}/responses"
-        text, previous, seconds = self._opening(conversation), None, []
+        text, previous, seconds = opening_message(conversation), None, []
         for turn in range(self.args.turns):
             body = {
                 "model": "bench",

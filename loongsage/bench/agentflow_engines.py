@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import httpx
 
 from loongsage.agentflow.router import Router, RouterConfig, RouterServer
-from loongsage.bench.agentflow import TOPICS, start_engine_process
+from loongsage.bench.engine_process import opening_message, start_engine_process
 from loongsage.bench.repeat import add_repeats_argument, interleaved, pair_ratios, ratio_line, runs_note
 from loongsage.inference.client import EngineClient
 from loongsage.inference.engine_pool import EnginePool
@@ -170,7 +170,7 @@ class Workload:
 
     async def _chat(self, client: httpx.AsyncClient, server: RouterServer, tag: str, conversation: int) -> list[dict]:
         url = f"{server.url_for(f'{tag}-{conversation}')}/chat/completions"
-        messages = [{"role": "user", "content": f"Tell me about {TOPICS[conversation % len(TOPICS)]}."}]
+        messages = [{"role": "user", "content": opening_message(conversation)}]
         usages = []
         think = random.Random(conversation)  # the same tool times in every pass
         for turn in range(self.args.turns):
