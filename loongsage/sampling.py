@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+DEFAULT_MAX_NEW_TOKENS = 128  # rollout.max_new_tokens, and what a request that sets none gets
+
 
 @dataclass(frozen=True)
 class SamplingDefaults:
@@ -17,4 +19,4 @@ class SamplingDefaults:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1  # -1: off
-    max_new_tokens: int = 128  # a request's max_tokens (OpenAI: or max_completion_tokens)
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS  # a request's max_tokens (OpenAI: or max_completion_tokens)

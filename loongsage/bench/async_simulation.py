@@ -109,8 +109,8 @@ import random
 import sys
 from dataclasses import asdict, dataclass, field
 
+from loongsage.algorithms.staleness_windows import build_window
 from loongsage.controller.pipeline import FinishedGroup, PipelineBuffer
-from loongsage.controller.windows import build_window
 
 INF = math.inf
 

@@ -3,7 +3,7 @@ and the teachers, made before any of them starts.
 
 Not partitioned (every `roles.*.gpus` 0, the default): this machine, as always; no placement
 groups. run.placement colocate pins nothing; disaggregated pins trainer ranks and engines to
-disjoint cores (`cpu_placement.split_cores`).
+disjoint cores (`config/placement.py` `split_cores`).
 
 Partitioned: the Ray cluster's GPUs are split among the roles (`roles.partition`, which fails
 with the arithmetic before anything is reserved), the plan becomes placement groups
@@ -16,10 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loongsage.cluster.cpu_placement import resolve_placement, split_cores
 from loongsage.cluster.placement import RolePlacement, Seat, place
-from loongsage.cluster.roles import allocation_from_ray, is_partitioned, partition
+from loongsage.cluster.roles import allocation_from_ray, partition
 from loongsage.config.parallel import train_ranks, train_ranks_named
+from loongsage.config.placement import resolve_placement, split_cores
+from loongsage.config.roles_rules import is_partitioned
 
 
 @dataclass

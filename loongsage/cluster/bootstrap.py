@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from loongsage.cluster.container import check_container, command_prefix, srun_options
+from loongsage.config.container import check_container, command_prefix, srun_options
 from loongsage.config.schema import ContainerConfig
 from loongsage.logs import setup_logging
 

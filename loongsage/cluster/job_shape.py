@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from loongsage.cluster.container import command_prefix, srun_options
+from loongsage.config.container import command_prefix, srun_options
 from loongsage.logs import setup_logging
 
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loongsage.cluster.roles import ROLES, RolePlan
+from loongsage.cluster.roles import RolePlan
+from loongsage.config.roles_rules import ROLES
 
 NODE_PIN = 0.001  # of the node's `node:<ip>` resource (1.0): enough to pin a bundle, never a limit
 

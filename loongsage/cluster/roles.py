@@ -4,7 +4,7 @@ The allocation's devices are sorted by (node, device). The trainer takes the fir
 `roles.trainer.gpus` of them, then come the rollout engines (each engine `roles.rollout.tp`
 consecutive devices on one node, or whole nodes when tp is more than a node holds), then the
 teachers; so trainer shards stay node-local and an engine spans nodes only when it must.
-Colocated (`run.placement`, see `cpu_placement.resolve_placement`) the rollout engines sit on
+Colocated (`run.placement`, see `config/placement.py` `resolve_placement`) the rollout engines sit on
 the trainer's own devices.
 
 A request that cannot be met fails here, before anything starts, with the arithmetic in the
@@ -18,11 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from loongsage.config.roles_rules import COLOCATED, ROLES, config_problems
 from loongsage.config.schema import RolesConfig
-
-ROLES = ("trainer", "rollout", "teacher")
-# How messages name colocation: `auto` resolves to it for run.mode=sync.
-COLOCATED = "colocated placement (run.placement=colocate, or auto with run.mode=sync)"
 
 
 class NodeGpus(NamedTuple):
@@ -84,32 +81,6 @@ class RolePlan:
                 for rank, follower in enumerate(self.followers(index) if role == "rollout" else (), start=1):
                     lines.append(f"{role}[{index}] node rank {rank}: {follower.node} GPU {','.join(map(str, follower.gpus))}")
         return "\n".join(lines) or "not partitioned (local machine)"
-
-
-def is_partitioned(roles: RolesConfig) -> bool:
-    """All zeros, the default: the local machine, every component where it always ran."""
-    return any(getattr(roles, role).gpus > 0 for role in ROLES)
-
-
-def config_problems(roles: RolesConfig, colocate: bool) -> list[str]:
-    """What is wrong with the roles on their own, before any allocation is known. `colocate`:
-    run.placement resolved to colocate (trainer and rollout share devices)."""
-    problems = [f"roles.{role}.gpus={getattr(roles, role).gpus} must be >= 0" for role in ROLES if getattr(roles, role).gpus < 0]
-    rollout = roles.rollout
-    if rollout.tp < 1:
-        problems.append(f"roles.rollout.tp={rollout.tp} must be >= 1")
-    elif rollout.gpus % rollout.tp:
-        problems.append(
-            f"roles.rollout.gpus={rollout.gpus} must be divisible by roles.rollout.tp={rollout.tp} "
-            f"(each rollout engine takes tp devices)"
-        )
-    if colocate and roles.trainer.gpus != rollout.gpus:
-        problems.append(
-            f"{COLOCATED} puts the rollout engines on the trainer's devices: roles.trainer.gpus="
-            f"{roles.trainer.gpus} must equal roles.rollout.gpus={rollout.gpus}; set both to the same "
-            f"number, or run.placement=disaggregated"
-        )
-    return problems
 
 
 def allocation_from_ray(nodes: list[dict]) -> list[NodeGpus]:

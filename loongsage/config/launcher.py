@@ -18,7 +18,7 @@ from hydra.core.config_store import ConfigStore
 from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 from omegaconf import OmegaConf
 
-from loongsage.cluster.container import command_prefix, srun_options
+from loongsage.config.container import command_prefix, srun_options
 
 LAUNCHER_SCHEMA_NAME = "loongsage_submitit_slurm"
 

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from loongsage.algorithms.losses import AGGREGATION_MODES, KL_KINDS
+from loongsage.algorithms.off_policy import IS_LEVELS, IS_MODES
+from loongsage.algorithms.staleness_windows import build_window
+from loongsage.config.container import RUNTIMES, container_problems
 from loongsage.config.data_mix import mix_shares
+from loongsage.config.owned_choices import OwnedChoices, choice_problems
 from loongsage.config.parallel import (
     MEGATRON,
     MEGATRON_RANKS,
@@ -14,30 +19,33 @@ from loongsage.config.parallel import (
     train_ranks_named,
     uses_megatron,
 )
-from loongsage.config.registry_choices import RegistryChoices
+from loongsage.config.placement import PLACEMENTS, resolve_placement, split_cores
+from loongsage.config.roles_rules import config_problems, is_partitioned
+from loongsage.config.run_modes import RUN_MODES, mode_conflicts, pipeline_settings
 from loongsage.config.sampling_rules import sampling_problems
-from loongsage.config.schema import Config, MegatronConfig
+from loongsage.config.schema import Config, DataConfig
 from loongsage.config.teacher_rules import teacher_problems
 
+# Each key's choices come from the module that implements them.
 CHOICES = {
-    "rollout.engine": RegistryChoices("loongsage.inference.engines:ENGINES"),
+    "rollout.engine": OwnedChoices("loongsage.inference.engines:ENGINES"),
     "rollout.dtype": ("float32", "bfloat16"),
-    "trainer.backend": RegistryChoices("loongsage.training.backends:TRAIN_BACKENDS"),
-    "trainer.strategy": ("ddp", "fsdp2"),
+    "trainer.backend": OwnedChoices("loongsage.training.backends:TRAIN_BACKENDS"),
+    "trainer.strategy": OwnedChoices("loongsage.training.fsdp.parallel:STRATEGIES"),
     "trainer.dtype": ("float32", "bfloat16"),
-    "trainer.weight_sync": ("mesh", "shm", "inline", "cuda_ipc", "gloo", "nccl"),
-    "algorithm.advantage": RegistryChoices("loongsage.algorithms.advantages:ADVANTAGE_ESTIMATORS"),
-    "algorithm.policy_loss": RegistryChoices("loongsage.algorithms.losses:POLICY_LOSSES"),
-    "algorithm.loss_aggregation": ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum"),
-    "algorithm.kl_kind": ("k1", "k2", "k3"),
-    "algorithm.proximal": ("recompute", "interpolate", "behaviour"),
-    "algorithm.is_level": ("none", "token", "sequence", "geometric"),
-    "algorithm.is_mode": ("truncate", "mask"),
-    "run.mode": ("sync", "one_step_off", "fully_async"),
+    "trainer.weight_sync": OwnedChoices("loongsage.transfer.transport_choice:WEIGHT_SYNCS"),
+    "algorithm.advantage": OwnedChoices("loongsage.algorithms.advantages:ADVANTAGE_ESTIMATORS"),
+    "algorithm.policy_loss": OwnedChoices("loongsage.algorithms.losses:POLICY_LOSSES"),
+    "algorithm.loss_aggregation": AGGREGATION_MODES,
+    "algorithm.kl_kind": KL_KINDS,
+    "algorithm.proximal": OwnedChoices("loongsage.training.objective:PROXIMAL_SOURCES"),
+    "algorithm.is_level": IS_LEVELS,
+    "algorithm.is_mode": IS_MODES,
+    "run.mode": tuple(RUN_MODES),
     "cluster.name": ("local", "slurm"),
-    "cluster.container.runtime": ("none", "apptainer", "enroot", "pyxis"),
-    "run.placement": ("auto", "colocate", "disaggregated"),
-    "agent.export": ("concat", "per_turn"),
+    "cluster.container.runtime": RUNTIMES,
+    "run.placement": PLACEMENTS,
+    "agent.export": OwnedChoices("loongsage.agentflow.router.export:MODES"),
 }
 
 
@@ -51,6 +59,7 @@ def check(cfg: Config) -> None:
         *_range_problems(cfg),
         *sampling_problems(cfg),
         *_backend_problems(cfg),
+        *_unread_setting_problems(cfg),
         *_batch_problems(cfg),
         *_mix_problems(cfg),
         *teacher_problems(cfg),
@@ -74,10 +83,7 @@ def _choice_problems(cfg: Config) -> list[str]:
     problems = []
     for key, choices in CHOICES.items():
         value = _get(cfg, key)
-        if isinstance(choices, RegistryChoices):
-            problems += choices.problems(key, value)
-        elif value not in choices:
-            problems.append(f"{key}={value!r} is not one of {', '.join(choices)}")
+        problems += choices.problems(key, value) if isinstance(choices, OwnedChoices) else choice_problems(key, value, choices)
     return problems
 
 
@@ -146,12 +152,7 @@ def _backend_problems(cfg: Config) -> list[str]:
     # trainer.megatron.* megatron's; a knob the chosen backend does not read is refused, not ignored.
     t = cfg.trainer
     if not uses_megatron(t):
-        defaults = MegatronConfig()
-        changed = [
-            f"trainer.megatron.{f.name}={getattr(t.megatron, f.name)}"
-            for f in fields(MegatronConfig)
-            if getattr(t.megatron, f.name) != getattr(defaults, f.name)
-        ]
+        changed = _changed_settings(t.megatron, "trainer.megatron")
         if not changed:
             return []
         return [
@@ -173,6 +174,40 @@ def _backend_problems(cfg: Config) -> list[str]:
             f"leave trainer.strategy at ddp"
         )
     return problems
+
+
+def _unread_setting_problems(cfg: Config) -> list[str]:
+    """Settings the chosen parts do not read: refused, never accepted and ignored."""
+    problems = []
+    if uses_megatron(cfg.trainer) and cfg.trainer.gradient_checkpointing:
+        problems.append(
+            f"trainer.gradient_checkpointing=true is read by the fsdp backend only (trainer.backend={MEGATRON} does not "
+            f"recompute activations); leave it at false, or use trainer.backend=fsdp"
+        )
+    changed_sglang = _changed_settings(cfg.rollout.sglang, "rollout.sglang")
+    if cfg.rollout.engine == "embedded" and changed_sglang:
+        problems.append(
+            f"{', '.join(changed_sglang)} only applies to rollout.engine=sglang (got rollout.engine=embedded, which "
+            f"runs in its Ray actor, not as a launched server): set rollout.engine=sglang, or leave rollout.sglang.* "
+            f"at the defaults"
+        )
+    workers = cfg.data.num_reward_workers
+    if cfg.agent.name and workers != DataConfig.num_reward_workers:
+        problems.append(
+            f"data.num_reward_workers={workers} is not read when agent.name is set (agent={cfg.agent.name!r}): each "
+            f"agent episode is scored in its own thread as it ends; leave it at {DataConfig.num_reward_workers}"
+        )
+    return problems
+
+
+def _changed_settings(block, prefix: str) -> list[str]:
+    """`prefix.name=value` for each field of the dataclass `block` that differs from its default."""
+    defaults = type(block)()
+    return [
+        f"{prefix}.{f.name}={getattr(block, f.name)}"
+        for f in fields(block)
+        if getattr(block, f.name) != getattr(defaults, f.name)
+    ]
 
 
 def _batch_problems(cfg: Config) -> list[str]:
@@ -226,9 +261,6 @@ def _mix_problems(cfg: Config) -> list[str]:
 
 
 def _window_problems(cfg: Config) -> list[str]:
-    from loongsage.controller.run_modes import RUN_MODES, mode_conflicts, pipeline_settings
-    from loongsage.controller.windows import build_window
-
     if cfg.run.mode not in RUN_MODES:  # a choice problem of its own
         return []
     pipeline = pipeline_settings(cfg)
@@ -240,9 +272,6 @@ def _window_problems(cfg: Config) -> list[str]:
 
 
 def _placement_problems(cfg: Config) -> list[str]:
-    from loongsage.cluster.cpu_placement import resolve_placement, split_cores
-    from loongsage.cluster.roles import is_partitioned
-
     if is_partitioned(cfg.roles):  # actors sit on their roles' devices, not pinned to this machine's cores
         return []
     try:
@@ -256,10 +285,7 @@ def _placement_problems(cfg: Config) -> list[str]:
 def _roles_problems(cfg: Config) -> list[str]:
     # gpus >= 0, tp >= 1, rollout.gpus divisible by tp, colocated counts, and that the trainer ranks
     # and engines fill their roles' devices; whether the roles fit the allocation is only known once
-    # Ray is up (loongsage.cluster.roles.partition).
-    from loongsage.cluster.cpu_placement import resolve_placement
-    from loongsage.cluster.roles import config_problems, is_partitioned
-
+    # Ray is up (cluster/roles.py partition).
     roles = cfg.roles
     colocate = resolve_placement(cfg.run.placement, cfg.run.mode) == "colocate"
     problems = config_problems(roles, colocate)
@@ -300,7 +326,5 @@ def _either(*settings: tuple[str, int]) -> str:
 
 def _container_problems(cfg: Config) -> list[str]:
     # image, mounts; an unknown runtime is already a choice problem.
-    from loongsage.cluster.container import RUNTIMES, container_problems
-
     container = cfg.cluster.container
     return container_problems(container) if container.runtime in RUNTIMES else []

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from loongsage.sampling import DEFAULT_MAX_NEW_TOKENS
+
 
 @dataclass
 class ModelConfig:
@@ -45,7 +47,7 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
-    max_new_tokens: int = 128
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     max_running: int = 64
     max_context: int = 1024
     num_threads: int = 2
@@ -251,10 +253,10 @@ class WarmStartConfig:
 class PipelineConfig:
     """The pipeline between rollout and training, which every run.mode runs. `window`,
     `max_staleness` and `partial_rollout` left unset (null) take the mode's values; sync and
-    one_step_off fix them and refuse other values (the table: loongsage/controller/run_modes.py)."""
+    one_step_off fix them and refuse other values (the table: loongsage/config/run_modes.py)."""
 
     # Staleness window: no_window | window_gated | windowed_fifo | import path of a
-    # loongsage.controller.windows.StalenessWindow subclass.
+    # loongsage.algorithms.staleness_windows.StalenessWindow subclass.
     window: Optional[str] = None
     # Versions a trained token may lag the trainer's weights; never exceeded (older groups are dropped).
     max_staleness: Optional[int] = None

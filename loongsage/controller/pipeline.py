@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from loongsage.algorithms.staleness_windows import StalenessWindow
 from loongsage.controller.interruptible import StepInterrupted, poll_timeout
-from loongsage.controller.windows import StalenessWindow
 
 
 @dataclass

@@ -24,12 +24,12 @@ from typing import Protocol
 import torch
 
 from loongsage.algorithms.advantages import informative_groups
+from loongsage.algorithms.staleness_windows import build_window
 from loongsage.config import Config
+from loongsage.config.run_modes import pipeline_settings
 from loongsage.controller.data_stream import DataStream, Item
 from loongsage.controller.pipeline import FinishedGroup, PipelineBuffer, TakeStats, ThreadedPipeline
 from loongsage.controller.rollout import RolloutGroup
-from loongsage.controller.run_modes import pipeline_settings
-from loongsage.controller.windows import build_window
 from loongsage.sample import Sample
 
 log = logging.getLogger(__name__)

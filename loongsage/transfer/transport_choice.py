@@ -20,6 +20,8 @@ from loongsage.transfer.routes import Endpoint
 from loongsage.transfer.topology_model import TopologyModel
 
 TRANSPORTS = ("cuda_ipc", "nccl", "shm", "gloo", "inline")
+MESH = "mesh"  # trainer.weight_sync: the planner chooses per receiver; a transport's name restricts it to that one
+WEIGHT_SYNCS = (MESH, *TRANSPORTS)
 
 
 @dataclass(frozen=True)

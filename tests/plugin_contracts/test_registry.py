@@ -11,7 +11,7 @@ from loongsage.registry import Registry
 
 # Every registry this project keeps, as "module:NAME" (the tasks' data sources and rewards have their own tests).
 REGISTRIES = [
-    "loongsage.controller.windows:WINDOWS",
+    "loongsage.algorithms.staleness_windows:WINDOWS",
     "loongsage.agentflow.agents.registry:AGENTS",
     "loongsage.agentflow.sandbox:BACKENDS",
     "loongsage.agentflow.router.chat_format:CHAT_FORMATS",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from loongsage.controller.windows import WINDOWS
+from loongsage.algorithms.staleness_windows import WINDOWS
 from tests.plugin_contracts.call_shapes import ANY, accepts, method_problems
 
 PIPELINE_CALLS = {"may_start": (ANY, ANY, ANY, ANY), "select": (ANY, ANY)}

@@ -21,13 +21,15 @@ from dataclasses import dataclass
 
 import torch
 
+from loongsage.sampling import DEFAULT_MAX_NEW_TOKENS
+
 
 @dataclass(frozen=True)
 class SamplingParams:
     temperature: float = 1.0  # 0 = greedy
     top_p: float = 1.0
     top_k: int = -1  # -1 = whole vocabulary
-    max_new_tokens: int = 128
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS
     stop: tuple[str, ...] = ()
     # Stops in addition to the model's eos ids (SGLang semantics); `ignore_eos` drops the latter.
     stop_token_ids: tuple[int, ...] = ()

@@ -22,13 +22,14 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.tensor import DTensor
 
+STRATEGIES = ("ddp", "fsdp2")  # trainer.strategy
 # Gathered to CPU on rank 0 only: the other ranks would just throw their copy away.
 FULL_ON_RANK0 = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
 def wrap_model(model: nn.Module, strategy: str) -> nn.Module:
-    if strategy not in ("ddp", "fsdp2"):
-        raise ValueError(f"trainer.strategy={strategy!r} is not one of ddp, fsdp2")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"trainer.strategy={strategy!r} is not one of {', '.join(STRATEGIES)}")
     if dist.get_world_size() == 1:
         # Nothing to average or shard; DDP would still copy every gradient into its buckets.
         return model

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from loongsage.cluster.actor_placement import place_actors
-from loongsage.cluster.cpu_placement import split_cores
 from loongsage.config import Config, RolloutConfig
+from loongsage.config.placement import split_cores
 from loongsage.controller.rollout import RolloutGroup
 from loongsage.training.group import TrainGroup
 

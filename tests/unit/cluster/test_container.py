@@ -7,8 +7,8 @@ import subprocess
 import pytest
 from hydra import compose, initialize_config_dir
 
-from loongsage.cluster.container import ENROOT_CONF, command_prefix, container_problems, srun_options
 from loongsage.config import ConfigError, ContainerConfig, register, to_config
+from loongsage.config.container import ENROOT_CONF, command_prefix, container_problems, srun_options
 from tests.paths import RECIPES_DIR
 
 register()

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from loongsage.cluster.cpu_placement import pin_this_process, resolve_placement, split_cores
+from loongsage.cluster.cpu_placement import pin_this_process
+from loongsage.config.placement import resolve_placement, split_cores
 
 
 def test_auto_colocates_the_synchronous_loop_only():

@@ -12,11 +12,11 @@ import time
 
 import pytest
 
+from loongsage.algorithms.staleness_windows import build_window
 from loongsage.cluster.preemption import PreemptionNotice
 from loongsage.config.store import run_stamp
 from loongsage.controller.interruptible import InterruptibleCalls, StepInterrupted
 from loongsage.controller.pipeline import FinishedGroup, PipelineBuffer, ThreadedPipeline
-from loongsage.controller.windows import build_window
 
 
 @pytest.fixture

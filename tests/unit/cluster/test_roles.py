@@ -13,12 +13,11 @@ from loongsage.cluster.roles import (
     RolePlan,
     Slot,
     allocation_from_ray,
-    config_problems,
-    is_partitioned,
     node_sort_key,
     partition,
 )
 from loongsage.config import Config, ConfigError, DataMixEntry, TeacherEntry, check, register, to_config
+from loongsage.config.roles_rules import config_problems, is_partitioned
 from loongsage.config.schema import RoleConfig, RolesConfig, RolloutRoleConfig
 from tests.paths import RECIPES_DIR
 

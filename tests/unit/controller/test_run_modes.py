@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from loongsage.config import Config, ConfigError, check
-from loongsage.controller.run_modes import RUN_MODES, pipeline_settings
+from loongsage.config.run_modes import RUN_MODES, pipeline_settings
 
 
 def _config(mode: str, **pipeline) -> Config:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loongsage.algorithms.staleness_windows import WINDOWS, StalenessWindow, WindowGated, build_window
 from loongsage.controller.pipeline import FinishedGroup, PipelineBuffer, ThreadedPipeline
-from loongsage.controller.windows import WINDOWS, StalenessWindow, WindowGated, build_window
 
 WAIT_S = 60  # bounds a hang only: CI runs on 2 loaded cores
 
@@ -113,7 +113,7 @@ def test_a_short_batch_is_not_taken():
 
 
 def test_user_window_by_import_path_and_unknown_name():
-    assert isinstance(build_window("loongsage.controller.windows:WindowedFifo", 2, 1), StalenessWindow)
+    assert isinstance(build_window("loongsage.algorithms.staleness_windows:WindowedFifo", 2, 1), StalenessWindow)
     with pytest.raises(ValueError, match="unknown staleness window 'lifo'"):
         build_window("lifo", 2, 1)
     with pytest.raises(ValueError, match="max_staleness=-1"):
