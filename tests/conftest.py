@@ -9,6 +9,9 @@ from hypothesis import settings
 
 from loongsage.logs import setup_logging
 
+# The time per test folder at the end of a run.
+pytest_plugins = ["tests.folder_times"]
+
 # Tests share 2 cores with each other's actors; one thread each keeps them from thrashing.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
