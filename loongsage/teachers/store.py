@@ -19,7 +19,7 @@ import ray
 import torch
 
 from loongsage.inference.embedded.weights import DiskTensors
-from loongsage.transfer.buckets import NamedTensors
+from loongsage.inference.weight_wire.layout import NamedTensors
 from loongsage.transfer.mesh import execute_plan
 from loongsage.transfer.routes import Plan
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-NamedTensors = list[tuple[str, torch.Tensor]]
+from loongsage.inference.weight_wire.layout import NamedTensors
 
 
 def iter_buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[NamedTensors]:

@@ -22,7 +22,8 @@ from urllib.parse import urlparse
 
 import torch
 
-from loongsage.transfer.buckets import NamedTensors, share_buckets
+from loongsage.inference.weight_wire.layout import NamedTensors
+from loongsage.transfer.buckets import share_buckets
 from loongsage.transfer.channel import get_transport
 from loongsage.transfer.push import LOOPBACK, PushFailed, check_device, check_reach, push_with_retry, why
 from loongsage.transfer.routes import Endpoint, Plan, Route
