@@ -254,7 +254,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--nodes", type=_csv(int), default=[8, 16, 32, 64, 128], help="hosts of 8 GPUs (default 8,16,32,64,128)")
     parser.add_argument("--models", type=_csv(str), default=list(MODELS), help=f"of {', '.join(MODELS)}")
     parser.add_argument("--layouts", type=_csv(str), default=list(LAYOUTS), help=f"of {', '.join(LAYOUTS)}")
-    parser.add_argument("--bucket-mib", type=float, default=None, help="our bucket size (default per model, see transfer_simulation)")
+    parser.add_argument(
+        "--bucket-mib", type=float, default=None, help="our bucket size (default per model, see transfer_simulation)"
+    )
     parser.add_argument("--no-flat", dest="flat", action="store_false", help="skip the flat broadcast")
     parser.add_argument("--no-extra", dest="extra", action="store_false", help="skip 1T to 1024 engine GPUs")
     parser.add_argument("--json", default=None, help="write the rows as JSON")
