@@ -11,9 +11,9 @@ HBM copies at 2.4 TB/s: links.NOMINAL_LINKS, each row with its source). Layouts:
 (the first quarter of the hosts train, one source per GPU; the others serve) and colocated
 (every GPU trains and serves). Every source holds the whole model when the transfer starts (the
 trainer's export gather comes first and is the same for every strategy; not counted). Models,
-engine sizes and bucket sizes: `simulate.MODELS`, `simulate.default_bucket_bytes`; the seed
+engine sizes and bucket sizes: `transfer_simulation.MODELS`, `transfer_simulation.default_bucket_bytes`; the seed
 always uses 1 GiB buckets. The event model, the three strategies and the bound are explained in
-loongsage/transfer/simulate.py's docstring.
+loongsage/bench/transfer_simulation.py's docstring.
 
 Printed per configuration: seconds for each strategy, the lower bound and which constraint binds
 it, each strategy's ratio to the bound, seed / plan, and the resource the plan loads most
@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from loongsage.transfer.simulate import (
+from loongsage.bench.transfer_simulation import (
     LAYOUTS,
     MODELS,
     MiB,
@@ -81,7 +81,7 @@ def run_config(
     bucket_bytes: float | None = None,
     flat: bool = True,
 ) -> Row:
-    """One configuration through `simulate.compare` on a synthetic cluster of `hosts` hosts."""
+    """One configuration through `transfer_simulation.compare` on a synthetic cluster of `hosts` hosts."""
     from loongsage.transfer.topology_model import TopologyModel
 
     started = time.perf_counter()
@@ -254,7 +254,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--nodes", type=_csv(int), default=[8, 16, 32, 64, 128], help="hosts of 8 GPUs (default 8,16,32,64,128)")
     parser.add_argument("--models", type=_csv(str), default=list(MODELS), help=f"of {', '.join(MODELS)}")
     parser.add_argument("--layouts", type=_csv(str), default=list(LAYOUTS), help=f"of {', '.join(LAYOUTS)}")
-    parser.add_argument("--bucket-mib", type=float, default=None, help="our bucket size (default per model, see simulate)")
+    parser.add_argument(
+        "--bucket-mib", type=float, default=None, help="our bucket size (default per model, see transfer_simulation)"
+    )
     parser.add_argument("--no-flat", dest="flat", action="store_false", help="skip the flat broadcast")
     parser.add_argument("--no-extra", dest="extra", action="store_false", help="skip 1T to 1024 engine GPUs")
     parser.add_argument("--json", default=None, help="write the rows as JSON")

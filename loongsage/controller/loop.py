@@ -42,7 +42,7 @@ from loongsage.sample import Sample
 from loongsage.tasks.registry import get_data_source
 from loongsage.teachers.group import TeacherGroup
 from loongsage.training.group import TrainGroup
-from loongsage.transfer.weight_routes import plan_weight_routes, stop_relays
+from loongsage.transfer.weight_routes import SourceSeat, plan_weight_routes, stop_relays
 
 log = logging.getLogger(__name__)
 
@@ -302,7 +302,7 @@ class Controller:
         """TransferMesh: the route of every engine's weights, planned once from the probed topology."""
         trainer_seats = self.placement.seats("trainer")
         sources = {
-            rank: (host, list(trainer_seats[rank].gpus) if trainer_seats else [])
+            rank: SourceSeat(host, list(trainer_seats[rank].gpus) if trainer_seats else [])
             for rank, host in self.trainer.weight_sources.items()
         }
         plan, self.relays = plan_weight_routes(

@@ -26,6 +26,7 @@ from loongsage.inference.engine_pool import EnginePool
 from loongsage.inference.engine_roster import EngineRoster
 from loongsage.inference.resumable import generate_resumable
 from loongsage.sample import Sample
+from loongsage.transfer.rounds import RoundReport
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +132,7 @@ class RolloutGroup:
             finally:
                 self._each_answering(lambda client: client.continue_generation())
 
-    def push_weights(self, push: Callable[[list[str]], dict], version: int) -> dict[str, float]:
+    def push_weights(self, push: Callable[[list[str]], RoundReport], version: int) -> dict[str, float]:
         """`push(urls)` loads the trainer's weights, `version`, into the engines that answer and
         reports which hold it (`TrainGroup.push_weights`); the ones that do not (restarting, or
         failed twice) are out of rotation and pushed to by `resync` once they answer. One more
@@ -148,9 +149,9 @@ class RolloutGroup:
             log.warning("an engine died during the weight push of version %d; pushing again to %s", version, still)
             report = push(still)
         self._publish(version, report)
-        return report["metrics"]
+        return report.metrics
 
-    def resync(self, push: Callable[[list[str]], dict]) -> list[str]:
+    def resync(self, push: Callable[[list[str]], RoundReport]) -> list[str]:
         """Give engines that came back without the published weights (a restarted process serves
         the base model) those weights; the trainer must hold exactly the published version.
         Returns the engines pushed to."""
@@ -160,16 +161,16 @@ class RolloutGroup:
             self._publish(self.roster.published(), push(urls))
         return urls
 
-    def _publish(self, version: int, report: dict) -> None:
+    def _publish(self, version: int, report: RoundReport) -> None:
         """Only engines that hold `version` serve it; a push that failed on every engine it tried
         stops the run (one to no engine, all being down, waits for them to come back)."""
-        for url, why in report["failed"].items():
+        for url, why in report.failed.items():
             log.error(
                 "engine %s did not get weight version %d (%s): out of rotation until a later push reaches it", url, version, why
             )
-        if report["failed"] and not report["updated"]:
-            raise RuntimeError(f"the weight push of version {version} reached no engine: {report['failed']}")
-        self.roster.publish(version, report["updated"])
+        if report.failed and not report.updated:
+            raise RuntimeError(f"the weight push of version {version} reached no engine: {report.failed}")
+        self.roster.publish(version, report.updated)
 
     def release_memory(self) -> None:
         """Colocated engines free their weights and KV cache while the trainer steps on the same

@@ -19,8 +19,8 @@ import ray
 import torch
 
 from loongsage.inference.embedded.weights import DiskTensors
-from loongsage.transfer.buckets import NamedTensors
-from loongsage.transfer.mesh import execute_plan
+from loongsage.inference.weight_wire.layout import NamedTensors
+from loongsage.transfer.rounds import execute_plan
 from loongsage.transfer.routes import Plan
 
 log = logging.getLogger(__name__)
@@ -62,9 +62,9 @@ class TeacherStore:
         if name not in self.weights:
             raise ValueError(f"the teacher store holds no teacher {name!r}; it holds {', '.join(sorted(self.weights))}")
         report = execute_plan(self.plan, STORE, self.weights[name], [slot_url], name, self.host)
-        if report["failed"]:
-            raise RuntimeError(f"teacher {name} could not be pushed into {slot_url}: {report['failed'][slot_url]}")
-        return report["metrics"]
+        if report.failed:
+            raise RuntimeError(f"teacher {name} could not be pushed into {slot_url}: {report.failed[slot_url]}")
+        return report.metrics
 
 
 def _held(model_dir: str, pinned: bool) -> NamedTensors:

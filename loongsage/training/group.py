@@ -22,8 +22,9 @@ from loongsage.training.settings import (
     train_ranks_named,
     trainer_settings,
 )
-from loongsage.transfer.mesh import local_plan, run_update_round
+from loongsage.transfer.rounds import RoundReport, run_update_round
 from loongsage.transfer.routes import Plan
+from loongsage.transfer.weight_routes import local_plan
 
 # How long a rank's failure waits for its peers before it is reported as the cause: Ray marks a
 # killed actor dead within a second or two of its survivors' broken collective.
@@ -95,13 +96,13 @@ class TrainGroup:
 
     def set_weight_plan(self, plan: Plan | None) -> None:
         """The route plan every later push follows; None: each push plans for this machine
-        (`mesh.local_plan`, as a trainer driven without a controller does)."""
+        (`weight_routes.local_plan`, as a trainer driven without a controller does)."""
         self.weight_plan = plan
 
-    def push_weights(self, engine_urls: list[str], version: int) -> dict:
-        """One update round, coordinated from here (`mesh.run_update_round`): every rank gathers the
-        weights, the plan's sources send their routes at once, and the engines that got all of
-        theirs switch to `version`. Returns {"metrics", "updated": [urls], "failed": {url: why}}."""
+    def push_weights(self, engine_urls: list[str], version: int) -> RoundReport:
+        """One update round, coordinated from here (`rounds.run_update_round`): every rank gathers
+        the weights, the plan's sources send their routes at once, and the engines that got all of
+        theirs switch to `version`."""
         urls = list(engine_urls)
         plan = self.weight_plan or self._local_plan(urls)
         routes = plan.to_dict()

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from loongsage.sample import Sample
-from loongsage.transfer.mesh import SourceReport
+from loongsage.transfer.source_routes import SourceReport
 
 
 class TrainBackend(Protocol):

@@ -13,8 +13,9 @@ import torch.distributed as dist
 
 from loongsage.cluster.cpu_placement import pin_this_process
 from loongsage.cluster.hosts import this_host
-from loongsage.transfer.mesh import SourceReport, send_routes, source_name
+from loongsage.transfer.endpoints import source_name
 from loongsage.transfer.routes import Plan
+from loongsage.transfer.source_routes import SourceReport, send_routes
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 # Long enough for a slow rank to finish a checkpoint; a dead rank is caught by the group.
@@ -93,7 +94,7 @@ class TrainRank:
         return this_host()
 
     def send_to_engines(self, named, plan: dict, engine_urls: list[str], skip: list[str]) -> SourceReport | None:
-        """This rank's part of a weight push (`mesh.run_update_round`, coordinated by TrainGroup):
+        """This rank's part of a weight push (`rounds.run_update_round`, coordinated by TrainGroup):
         HF-named tensors, which every rank reads in lockstep (a collective gather), bucketed; a
         source of `plan` sends the buckets its routes carry. None from a rank the plan does not name."""
         route_plan = Plan.from_dict(plan)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
-NamedTensors = list[tuple[str, torch.Tensor]]
+from loongsage.inference.weight_wire.layout import NamedTensors
 
 
 def iter_buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[NamedTensors]:
@@ -31,20 +32,25 @@ def iter_buckets(named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes
         yield bucket
 
 
+class KeptBuckets(NamedTuple):
+    buckets: dict[int, NamedTensors]  # by bucket index: those of the shares asked for
+    total: int  # how many buckets the weights make in all
+
+
 def share_buckets(
     named_tensors: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int, shares: Collection[tuple[int, int]]
-) -> tuple[dict[int, NamedTensors], int]:
-    """The buckets (by index) that fall in any of `shares`, each (share, of shares) holding the
-    indices i with i % shares == share; and how many buckets there are in all. All of the tensors
-    are read, one at a time, but only the kept buckets stay: a source sending one share of S holds
-    about 1/S of the weights."""
+) -> KeptBuckets:
+    """The buckets that fall in any of `shares`, each (share, of shares) holding the indices i
+    with i % shares == share, and how many buckets there are in all. All of the tensors are read,
+    one at a time, but only the kept buckets stay: a source sending one share of S holds about
+    1/S of the weights."""
     kept: dict[int, NamedTensors] = {}
     count = 0
     for index, bucket in enumerate(iter_buckets(named_tensors, bucket_bytes)):
         count += 1
         if any(index % of == share for share, of in shares):
             kept[index] = bucket
-    return kept, count
+    return KeptBuckets(kept, count)
 
 
 @dataclass

@@ -32,7 +32,7 @@ from typing import Protocol
 
 import torch
 
-from loongsage.transfer.buckets import NamedTensors
+from loongsage.inference.weight_wire.layout import NamedTensors
 from loongsage.transfer.ipc_bucket import IpcBucket
 from loongsage.transfer.transports import pack_inline, pack_shm
 

@@ -31,10 +31,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import torch
 
-from loongsage.transfer.buckets import NamedTensors
+from loongsage.inference.weight_wire.layout import DTYPES, NamedTensors
+from loongsage.inference.weight_wire.process_group import WeightUpdateGroup
 from loongsage.transfer.channel import Transport, engine_tp_size, register_transport
-from loongsage.transfer.layout import DTYPES
-from loongsage.transfer.process_group import WeightUpdateGroup
 
 _pushes = itertools.count()
 

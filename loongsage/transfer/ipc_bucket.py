@@ -35,8 +35,7 @@ import torch
 import torch.multiprocessing
 from torch.multiprocessing import reductions
 
-from loongsage.transfer.buckets import NamedTensors
-from loongsage.transfer.layout import table_of_contents, write_flat
+from loongsage.inference.weight_wire.layout import NamedTensors, table_of_contents, write_flat
 
 log = logging.getLogger(__name__)
 

@@ -104,8 +104,8 @@ class _LocalRoutes:
     def best(self, sender: Endpoint, receiver: Endpoint) -> Option | None:
         return best_option(self.topology, sender, receiver, self.allowed)
 
-    def route(self, sender: Endpoint, receiver: Endpoint, option: Option, shard: int = 0, shards: int = 1) -> None:
-        self.routes.append(Route(sender.name, receiver.name, option.transport, option.link, shard, shards))
+    def route(self, sender: Endpoint, receiver: Endpoint, option: Option, share: int = 0, shares: int = 1) -> None:
+        self.routes.append(Route(sender.name, receiver.name, option.transport, option.link, share, shares))
 
     # ------------------------------------------------------------ inside a source's host
 

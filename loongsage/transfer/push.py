@@ -22,8 +22,9 @@ from urllib.parse import urlparse
 
 import torch
 
+from loongsage.inference.weight_wire.layout import NamedTensors
 from loongsage.transfer import distributed  # noqa: F401  (registers gloo, nccl)
-from loongsage.transfer.buckets import NamedTensors, Tally
+from loongsage.transfer.buckets import Tally
 from loongsage.transfer.channel import Channel, get_transport
 
 log = logging.getLogger(__name__)

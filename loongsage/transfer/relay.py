@@ -28,11 +28,11 @@ from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from loongsage.http_server import AppServer
-from loongsage.transfer.buckets import NamedTensors, Tally
-from loongsage.transfer.layout import DTYPES
-from loongsage.transfer.process_group import WeightUpdateGroup
+from loongsage.inference.weight_wire.layout import DTYPES, NamedTensors
+from loongsage.inference.weight_wire.process_group import WeightUpdateGroup
+from loongsage.inference.weight_wire.unpack import unpack_named_tensors
+from loongsage.transfer.buckets import Tally
 from loongsage.transfer.push import push_stream, why
-from loongsage.transfer.transports import unpack_named_tensors
 
 log = logging.getLogger(__name__)
 

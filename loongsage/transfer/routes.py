@@ -1,13 +1,13 @@
 """A route plan as data: who sends which share of the weights to whom, over which transport.
 
 The planner (`planner.plan_routes`) writes a Plan from the topology model; the mesh executes
-it on real transports and the simulator (`simulate`) replays it over modelled links; the run
+it on real transports and the bench's simulator (`bench.transfer_simulation`) replays it over modelled links; the run
 dir keeps it as JSON and the start of a run prints it. Nothing here knows how bytes move.
 
 Shares: every sender buckets the same named tensors in the same order with the same bucket
-size, so bucket k is the same set of tensors everywhere. A route with `shards=S, shard=s`
+size, so bucket k is the same set of tensors everywhere. A route with `shares=S, share=s`
 carries the buckets whose index is s modulo S. A receiver is covered when, for some S, every
-shard 0..S-1 reaches it exactly once; this lets several sources each send a share (no single
+share 0..S-1 reaches it exactly once; this lets several sources each send a share (no single
 NIC carries everything) and several relays on a node each take a share over their own NIC.
 An engine must be covered. A relay only needs the shares it passes on: each share reaches it at
 most once, and it sends only shares it holds (a relay that is covered may send any share).
@@ -43,7 +43,7 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class Route:
-    """One hop: `receiver` gets the buckets with index % shards == shard from `sender` over
+    """One hop: `receiver` gets the buckets with index % shares == share from `sender` over
     `transport` (a registry name: cuda_ipc | nccl | shm | gloo | inline), crossing a link of
     class `link` (a topology-model link class: same_device | nvlink | pcie | host_shm | rdma | tcp).
     A same_device route into an engine of several GPUs means each of its GPUs reads the replica a
@@ -54,15 +54,15 @@ class Route:
     receiver: str
     transport: str
     link: str
-    shard: int = 0
-    shards: int = 1
+    share: int = 0
+    shares: int = 1
 
     def __post_init__(self) -> None:
-        if not 0 <= self.shard < self.shards:
-            raise ValueError(f"route {self.sender} -> {self.receiver}: shard {self.shard} is not in 0..{self.shards - 1}")
+        if not 0 <= self.share < self.shares:
+            raise ValueError(f"route {self.sender} -> {self.receiver}: shard {self.share} is not in 0..{self.shares - 1}")
 
     def carries(self, bucket_index: int) -> bool:
-        return bucket_index % self.shards == self.shard
+        return bucket_index % self.shares == self.share
 
 
 @dataclass
@@ -89,14 +89,14 @@ class Plan:
         """The route that brings `route`'s share from a source into its sender, followed back
         through any relays (a relay may get a share from a relay on another host, or from a
         sibling relay on its own). For a route out of a source, the route itself. Flattening a
-        plan without running relays: `replace(plan.origin(r), receiver=r.receiver, shard=r.shard,
-        shards=r.shards)` for each route out of a relay into an engine."""
+        plan without running relays: `replace(plan.origin(r), receiver=r.receiver, share=r.share,
+        shares=r.shares)` for each route out of a relay into an engine."""
         while self.endpoint(route.sender).role == "relay":
-            # bucket number `shard` lies in this route's share; whichever route into the relay
+            # bucket number `share` lies in this route's share; whichever route into the relay
             # carries that bucket carries the share (its split divides this one, see check()).
-            feeding = [r for r in self.routes_into(route.sender) if r.carries(route.shard)]
+            feeding = [r for r in self.routes_into(route.sender) if r.carries(route.share)]
             if len(feeding) != 1:
-                raise ValueError(f"{route.sender}: {len(feeding)} routes bring it share {route.shard}/{route.shards}")
+                raise ValueError(f"{route.sender}: {len(feeding)} routes bring it share {route.share}/{route.shares}")
             route = feeding[0]
         return route
 
@@ -127,7 +127,7 @@ class Plan:
         bucket b, for b over one period of every split): relays forward bucket by bucket, so a
         relay may send one share to an endpoint that sends it another (two hosts each inner in
         the other's share tree) without anything waiting on itself."""
-        period = math.lcm(*(r.shards for r in self.routes)) if self.routes else 1
+        period = math.lcm(*(r.shares for r in self.routes)) if self.routes else 1
         for bucket in range(period):
             feeds = defaultdict(set)
             for route in self.routes:
@@ -182,12 +182,12 @@ def _hops(routes: list[Route]) -> str:
     each feed every engine of it one share)."""
     if len(routes) <= 3:
         return "; ".join(
-            f"{r.sender} --{r.transport}[{r.link}]-->" + (f" share {r.shard}/{r.shards}" if r.shards > 1 else "") for r in routes
+            f"{r.sender} --{r.transport}[{r.link}]-->" + (f" share {r.share}/{r.shares}" if r.shares > 1 else "") for r in routes
         )
     kinds = Counter(f"{r.transport}[{r.link}]" for r in routes)
     senders = list(dict.fromkeys(r.sender for r in routes))
     return (
-        f"{len(routes)} shares of {routes[0].shards} from {len(senders)} sender(s) ({senders[0]} .. {senders[-1]}): "
+        f"{len(routes)} shares of {routes[0].shares} from {len(senders)} sender(s) ({senders[0]} .. {senders[-1]}): "
         + ", ".join(f"{n} {kind}" for kind, n in kinds.items())
     )
 
@@ -196,15 +196,15 @@ def _one_split(receiver: str, routes: list[Route]) -> int:
     """The number of shares the routes into `receiver` split the weights into (one for all)."""
     if not routes:
         raise ValueError(f"{receiver} receives nothing: no route reaches it")
-    shards = {r.shards for r in routes}
-    if len(shards) != 1:
-        raise ValueError(f"{receiver} is reached by routes split {sorted(shards)} ways; one split per receiver")
-    return shards.pop()
+    splits = {r.shares for r in routes}
+    if len(splits) != 1:
+        raise ValueError(f"{receiver} is reached by routes split {sorted(splits)} ways; one split per receiver")
+    return splits.pop()
 
 
 def _check_covered(receiver: str, routes: list[Route]) -> None:
     count = _one_split(receiver, routes)
-    seen = Counter(r.shard for r in routes)
+    seen = Counter(r.share for r in routes)
     missing = [s for s in range(count) if s not in seen]
     twice = [s for s, n in seen.items() if n > 1]
     if missing or twice:
@@ -215,15 +215,15 @@ def _check_relay(relay: str, into: list[Route], out: list[Route]) -> None:
     """A relay holding shares H of an S-way split can send share s of an S'-way split when S
     divides S' and s % S is in H: exactly the buckets it holds (bucket b is in share b % S)."""
     count = _one_split(relay, into)
-    seen = Counter(r.shard for r in into)
+    seen = Counter(r.share for r in into)
     twice = sorted(s for s, n in seen.items() if n > 1)
     if twice:
         raise ValueError(f"{relay}: shares {twice} of {count} reach it more than once")
     if len(seen) == count:
         return
     for route in out:
-        if route.shards % count or route.shard % count not in seen:
+        if route.shares % count or route.share % count not in seen:
             raise ValueError(
-                f"route {relay} -> {route.receiver} forwards share {route.shard}/{route.shards}, "
+                f"route {relay} -> {route.receiver} forwards share {route.share}/{route.shares}, "
                 f"but {relay} only receives shares {sorted(seen)} of {count}"
             )

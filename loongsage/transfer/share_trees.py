@@ -56,16 +56,16 @@ class ShareTrees:
         self.relays_of = {relays[0].host: relays for relays, _ in relay_hosts}
         first = relay_hosts[0][0][0] if relay_hosts else direct[0]
         ports = self._source_ports(first)
-        shards = max((len(relays) for relays, _ in relay_hosts), default=0) or len(ports)
-        queues = {s: deque(self._seeds(ports, s, shards)) for s in range(shards)}
-        for share in range(shards):
-            self._tree(share, shards, relay_hosts, queues[share])
+        shares = max((len(relays) for relays, _ in relay_hosts), default=0) or len(ports)
+        queues = {s: deque(self._seeds(ports, s, shares)) for s in range(shares)}
+        for share in range(shares):
+            self._tree(share, shares, relay_hosts, queues[share])
         for relays, engines in relay_hosts:
-            self._fan_out(relays, engines, shards)
+            self._fan_out(relays, engines, shares)
         for engine in direct:
-            for share in range(shards):
-                self._feed(engine, share, shards, queues[share])
-        return [self._note(shards, ports)]
+            for share in range(shares):
+                self._feed(engine, share, shares, queues[share])
+        return [self._note(shares, ports)]
 
     # ------------------------------------------------------------ trees
 
@@ -78,29 +78,29 @@ class ShareTrees:
                 ports.setdefault(self._port(source, option), []).append(source)
         return ports or {f"{self.sources[0].host}/tcp": [self.sources[0]]}
 
-    def _seeds(self, ports: dict[str, list[Endpoint]], share: int, shards: int) -> list[_Port]:
+    def _seeds(self, ports: dict[str, list[Endpoint]], share: int, shares: int) -> list[_Port]:
         """The source ports that start share's tree: port q starts share q % S (port s % T when
         there are fewer ports than shares); the sources behind a port take turns."""
         keys = list(ports)
-        numbers = range(share, len(keys), shards) if len(keys) >= shards else [share % len(keys)]
+        numbers = range(share, len(keys), shares) if len(keys) >= shares else [share % len(keys)]
         seeds = [_Port(ports[keys[q]][share % len(ports[keys[q]])], seed_of=keys[q]) for q in numbers]
         self.reserved.update(seed.seed_of for seed in seeds)
         return seeds
 
-    def _tree(self, share: int, shards: int, relay_hosts, queue: deque) -> None:
+    def _tree(self, share: int, shares: int, relay_hosts, queue: deque) -> None:
         count = len(relay_hosts)
-        inner = [n for n in range(count) if n % shards == share]
+        inner = [n for n in range(count) if n % shares == share]
         # Leaves in an order that starts at a different host for each share: with fewer hosts than
         # shares, the hosts that get a share first (and pass it on) take turns.
-        leaves = [n for n in ((share + k) % count for k in range(count)) if n % shards != share]
+        leaves = [n for n in ((share + k) % count for k in range(count)) if n % shares != share]
         for n in inner + leaves:
             relays = relay_hosts[n][0]
             receiver = relays[share % len(relays)]
-            self._feed(receiver, share, shards, queue)
+            self._feed(receiver, share, shares, queue)
             if n in inner:  # its relays pass the share on, the one holding it first
                 queue.extend(_sibling_chain(receiver, relays))
 
-    def _feed(self, receiver: Endpoint, share: int, shards: int, queue: deque) -> None:
+    def _feed(self, receiver: Endpoint, share: int, shares: int, queue: deque) -> None:
         """One share into `receiver`: from the next usable port of the tree (breadth first, so the
         tree stays shallow), else the least-loaded holder. Ports are taken in tree order, not by
         link speed: in a cluster mixing RDMA and TCP hosts a TCP host may pass a share on over TCP."""
@@ -111,27 +111,27 @@ class ShareTrees:
             if port.endpoint.host == receiver.host:
                 continue
             option = self._best(port.endpoint, receiver)
-            if option is not None and self._ready(port, share, shards):
-                self._send(port.endpoint, receiver, option, share, shards)
+            if option is not None and self._ready(port, share, shares):
+                self._send(port.endpoint, receiver, option, share, shares)
                 return
-        self._send_from_least_loaded(receiver, share, shards)
+        self._send_from_least_loaded(receiver, share, shares)
 
-    def _ready(self, port: _Port, share: int, shards: int) -> bool:
+    def _ready(self, port: _Port, share: int, shares: int) -> bool:
         """The port's endpoint holds the share, or gets it now from its supplier inside the host."""
         if self._holds(port.endpoint, share):
             return True
-        if port.supplier is None or not self._ready(port.supplier, share, shards):
+        if port.supplier is None or not self._ready(port.supplier, share, shares):
             return False
         supplier = port.supplier.endpoint
         option = self._best(supplier, port.endpoint)
         if option is None:
             return False
-        self.routes.append(Route(supplier.name, port.endpoint.name, option.transport, option.link, share, shards))
+        self.routes.append(Route(supplier.name, port.endpoint.name, option.transport, option.link, share, shares))
         self.fan_load[supplier.name] += 1
         self._hold(port.endpoint, share, self.depth[(supplier.name, share)])
         return True
 
-    def _send_from_least_loaded(self, receiver: Endpoint, share: int, shards: int) -> None:
+    def _send_from_least_loaded(self, receiver: Endpoint, share: int, shares: int) -> None:
         """When a tree has no port left: the least-loaded, then shallowest, port among the sources
         and every relay on a host that holds the share (a sibling of the holder gets it first)."""
         found = []
@@ -142,8 +142,8 @@ class ShareTrees:
                 rank = (-option.gbps, TRANSPORTS.index(option.transport), self.load[key] + self.reserved[key], depth, n)
                 found.append((rank, port, option))
         for _, port, option in sorted(found, key=lambda item: item[0]):
-            if self._ready(port, share, shards):
-                self._send(port.endpoint, receiver, option, share, shards)
+            if self._ready(port, share, shares):
+                self._send(port.endpoint, receiver, option, share, shares)
                 return
         raise ValueError(self._unreachable(receiver))
 
@@ -155,8 +155,8 @@ class ShareTrees:
                 ports += [_Port(r, None if self._holds(r, share) else _Port(holder)) for r in relays]
         return ports
 
-    def _send(self, sender: Endpoint, receiver: Endpoint, option: Option, share: int, shards: int) -> None:
-        self.routes.append(Route(sender.name, receiver.name, option.transport, option.link, share, shards))
+    def _send(self, sender: Endpoint, receiver: Endpoint, option: Option, share: int, shares: int) -> None:
+        self.routes.append(Route(sender.name, receiver.name, option.transport, option.link, share, shares))
         self.load[self._port(sender, option)] += 1
         self.streams["from the sources" if self.holds.get(sender.name, set()) is None else "passed on"] += 1
         if receiver.role == "relay":
@@ -172,10 +172,10 @@ class ShareTrees:
 
     # ------------------------------------------------------------ inside a relay host
 
-    def _fan_out(self, relays: list[Endpoint], engines: list[Endpoint], shards: int) -> None:
+    def _fan_out(self, relays: list[Endpoint], engines: list[Endpoint], shares: int) -> None:
         # shares only one relay holds first: the choice for the others then avoids the relays
         # that will be busy anyway
-        by_holders = sorted(range(shards), key=lambda share: sum(self._holds(r, share) for r in relays))
+        by_holders = sorted(range(shares), key=lambda share: sum(self._holds(r, share) for r in relays))
         for engine in engines:
             for share in by_holders:
                 found = []
@@ -185,7 +185,7 @@ class ShareTrees:
                         rank = (-option.gbps, TRANSPORTS.index(option.transport), self.fan_load[relay.name], n)
                         found.append((rank, relay, option))
                 _, relay, option = min(found, key=lambda item: item[0])
-                self.routes.append(Route(relay.name, engine.name, option.transport, option.link, share, shards))
+                self.routes.append(Route(relay.name, engine.name, option.transport, option.link, share, shares))
                 # copies leaving the relay (its GPU's NVLink): one per engine GPU it is not on
                 self.fan_load[relay.name] += len(set(engine.gpus) - set(relay.gpus)) if engine.gpus else 1
 
@@ -209,11 +209,11 @@ class ShareTrees:
             f"(allowed: {', '.join(self.allowed)}; from the sources it could be reached over: {', '.join(could) or 'nothing'})"
         )
 
-    def _note(self, shards: int, ports: dict[str, list[Endpoint]]) -> str:
+    def _note(self, shares: int, ports: dict[str, list[Endpoint]]) -> str:
         depth = max(self.depth.values(), default=0)
         busiest = max(self.load.values(), default=0)
         return (
-            f"between hosts: {shards} share(s), one tree each; {self.streams['from the sources']} stream(s) from the "
+            f"between hosts: {shares} share(s), one tree each; {self.streams['from the sources']} stream(s) from the "
             f"sources over {len(ports)} port(s), {self.streams['passed on']} passed on by relays; deepest relay "
             f"{depth} host hop(s) from a source; busiest port sends {busiest} stream(s)"
         )

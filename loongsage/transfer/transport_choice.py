@@ -31,6 +31,15 @@ class Option:
     gbps: float
 
 
+MESH = "mesh"  # trainer.weight_sync: the planner chooses a transport per engine
+
+
+def weight_sync_transports(weight_sync: str) -> set[str] | None:
+    """trainer.weight_sync as the transports a plan may use: None (every one) for "mesh", else
+    the one named."""
+    return None if weight_sync == MESH else {weight_sync}
+
+
 def allowed_transports(transports: Collection[str] | None) -> tuple[str, ...]:
     """The transports a plan may use, in preference order; all of them when None."""
     if transports is None:

@@ -1,6 +1,6 @@
 """One weight update across every receiver, however many senders feed each of them.
 
-One process coordinates it (`mesh.run_update_round`: TrainGroup in the controller, or the one
+One process coordinates it (`rounds.run_update_round`: TrainGroup in the controller, or the one
 process that pushes); the senders (the trainer ranks that are sources, the relays) only move
 buckets, carrying no version and opening no session. That is what lets an engine take its
 shares from several senders at once (two trainer ranks, or a relay per NIC on its host, each
@@ -8,7 +8,7 @@ bringing one share), and it puts the version switch in one place:
 
 1. every engine's weight-update session is opened (SGLang 0.5.23 refuses updates outside one);
    every relay's forwarding is opened (a relay's session);
-2. every source runs its routes (`mesh.send_routes`, on each source rank at once);
+2. every source runs its routes (`source_routes.send_routes`, on each source rank at once);
 3. the relays are closed upstream first, so each has forwarded all it got before the next one is
    asked; each answers with the engines it could not reach;
 4. every engine that got all of its routes is committed: an update with no tensors that carries

@@ -24,7 +24,7 @@ scheduler blocked until its 30-minute group timeout):
   memory freed and taken back, weights reloaded with /update_weights_from_disk;
 - /init_weights_update_group + /update_weights_from_distributed: first with a sender built by
   SGLang's own init_custom_process_group (the reference), then with our
-  loongsage.transfer.process_group.WeightUpdateGroup as rank 0 (gloo; nccl needs a second
+  loongsage.inference.weight_wire.process_group.WeightUpdateGroup as rank 0 (gloo; nccl needs a second
   GPU: NCCL refuses two ranks of one communicator on the same device).
 
 SGLang 0.5.23 takes weight updates only inside a session (/begin_weight_update ...
@@ -521,7 +521,7 @@ def test_distributed_update_reference_sender(client, server, prompts, baseline, 
 
 @pytest.mark.parametrize("backend", ["gloo", "nccl"])
 def test_update_weights_from_distributed_with_weight_update_group(client, server, prompts, baseline, model_dir, backend):
-    from loongsage.transfer.process_group import WeightUpdateGroup
+    from loongsage.inference.weight_wire.process_group import WeightUpdateGroup
 
     if backend == "nccl":
         if torch.cuda.device_count() < 2:

@@ -21,7 +21,8 @@ import torch
 from loongsage.inference.client import EngineClient
 from loongsage.inference.embedded.weights import read_safetensors
 from loongsage.transfer import push_weights
-from loongsage.transfer.mesh import SOURCE, execute_plan
+from loongsage.transfer.endpoints import SOURCE
+from loongsage.transfer.rounds import execute_plan
 from loongsage.transfer.routes import Endpoint, Plan, Route
 from tests.integration.engine_support import running_engine
 
@@ -68,7 +69,7 @@ def test_nccl_into_a_gpu_relay_then_cuda_ipc_into_the_engine(tiny_model_path):
             plan = Plan({e.name: e for e in endpoints}, routes)
             plan.check()
             report = execute_plan(plan, SOURCE, named, [engine.base_url], 3, "127.0.0.1", bucket_mb=1)
-            assert report["failed"] == {} and report["updated"] == [engine.base_url], report
+            assert report.failed == {} and report.updated == [engine.base_url], report
             assert EngineClient(engine.base_url).get_weight_version() == "3"
             theirs = digest(engine.engine.model)
         finally:

@@ -22,9 +22,11 @@ from loongsage.cluster.topology import gather, probe_node
 from loongsage.inference.client import EngineClient
 from loongsage.inference.embedded.weights import read_safetensors
 from loongsage.transfer import push_weights
-from loongsage.transfer.mesh import SOURCE, execute_plan, run_update_round, send_routes, source_name
+from loongsage.transfer.endpoints import SOURCE, source_name
 from loongsage.transfer.planner import plan_routes
+from loongsage.transfer.rounds import execute_plan, run_update_round
 from loongsage.transfer.routes import Endpoint, Plan, Route
+from loongsage.transfer.source_routes import send_routes
 from loongsage.transfer.topology_model import TopologyModel
 from tests.integration.embedded_cli_support import engine_process
 
@@ -72,8 +74,8 @@ def test_cuda_ipc_from_gpu_buckets_into_an_engine_process(tiny_model_path, tmp_p
             topology, [Endpoint(SOURCE, "source", host, (0,))], [Endpoint("engine/0", "engine", host, (0,), proc.base_url)]
         )
         report = execute_plan(plan, SOURCE, on_gpu, [proc.base_url], 5, "127.0.0.1", bucket_mb=1)
-        assert report["failed"] == {} and report["updated"] == [proc.base_url], (report, proc.log()[-3000:])
-        metrics = report["metrics"]
+        assert report.failed == {} and report.updated == [proc.base_url], (report, proc.log()[-3000:])
+        metrics = report.metrics
         assert metrics["transfer/buckets"] > 1 and metrics["transfer/bytes/cuda_ipc"] == sum(
             t.numel() * t.element_size() for _, t in on_cpu
         )
@@ -121,9 +123,9 @@ def test_two_sources_on_the_gpu_each_send_a_share_into_one_engine(tiny_model_pat
             return [mine, theirs]
 
         report = run_update_round(plan, [url], 7, send)
-        assert report["failed"] == {} and report["updated"] == [url], (report, proc.log()[-3000:])
+        assert report.failed == {} and report.updated == [url], (report, proc.log()[-3000:])
         whole = sum(t.numel() * t.element_size() for _, t in on_cpu)
-        assert report["metrics"]["transfer/bytes/cuda_ipc"] == whole  # each bucket once, from one of the two
+        assert report.metrics["transfer/bytes/cuda_ipc"] == whole  # each bucket once, from one of the two
         client = EngineClient(url, timeout=120)
         assert client.get_weight_version() == "7"
         shared = greedy(client)

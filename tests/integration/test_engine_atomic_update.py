@@ -21,7 +21,7 @@ from safetensors.torch import save_file
 
 from loongsage.inference.client import EngineClient, EngineError
 from loongsage.inference.embedded.weights import read_safetensors
-from loongsage.transfer.process_group import WeightUpdateGroup
+from loongsage.inference.weight_wire.process_group import WeightUpdateGroup
 from loongsage.transfer.transports import pack_inline
 
 from .engine_support import WAIT_S, running_engine

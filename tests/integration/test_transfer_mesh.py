@@ -17,8 +17,9 @@ from loongsage.http_server import AppServer
 from loongsage.inference.client import EngineClient
 from loongsage.inference.embedded.weights import read_safetensors
 from loongsage.transfer import PushFailed, push_weights
-from loongsage.transfer.mesh import SOURCE, execute_plan
+from loongsage.transfer.endpoints import SOURCE
 from loongsage.transfer.relay import Relay, RelayServer
+from loongsage.transfer.rounds import execute_plan
 from loongsage.transfer.routes import Endpoint, Plan, Route
 
 from .engine_support import running_engine
@@ -86,9 +87,9 @@ def test_a_plans_routes_run_together_and_both_engines_serve_the_pushed_weights(t
         plan = two_route_plan(first.base_url, second.base_url)
         plan.check()
         report = execute_plan(plan, SOURCE, named, [first.base_url, second.base_url], 7, "127.0.0.1", bucket_mb=1)
-        assert report["failed"] == {} and report["updated"] == [first.base_url, second.base_url]
+        assert report.failed == {} and report.updated == [first.base_url, second.base_url]
         model_bytes = sum(t.numel() * t.element_size() for _, t in named)
-        metrics = report["metrics"]
+        metrics = report.metrics
         assert metrics["transfer/bytes/shm"] == metrics["transfer/bytes/gloo"] == model_bytes
         assert metrics["transfer/bytes"] == 2 * model_bytes and metrics["transfer/gbps"] > 0
         for server in (first, second):
@@ -96,7 +97,7 @@ def test_a_plans_routes_run_together_and_both_engines_serve_the_pushed_weights(t
         assert all(torch.equal(a, b) for a, b in zip(parameters(first).values(), parameters(second).values()))
         # A resync of one engine runs its route only.
         again = execute_plan(plan, SOURCE, named, [second.base_url], 8, "127.0.0.1", bucket_mb=1)
-        assert set(again["metrics"]) >= {"transfer/bytes/gloo"} and "transfer/bytes/shm" not in again["metrics"]
+        assert set(again.metrics) >= {"transfer/bytes/gloo"} and "transfer/bytes/shm" not in again.metrics
         assert [EngineClient(s.base_url).get_weight_version() for s in (first, second)] == ["7", "8"]
 
 
@@ -173,9 +174,9 @@ def test_a_relay_takes_the_weights_once_and_every_engine_behind_it_serves_them(t
         with running_relay(urls) as relay:
             plan = relayed_plan(relay.base_url, urls, into_relay)
             report = execute_plan(plan, SOURCE, named, urls, 3, "127.0.0.1", bucket_mb=1)
-        assert report["failed"] == {} and report["updated"] == urls
+        assert report.failed == {} and report.updated == urls
         model_bytes = sum(t.numel() * t.element_size() for _, t in named)
-        assert report["metrics"][f"transfer/bytes/{into_relay}"] == model_bytes  # one copy crossed, for two engines
+        assert report.metrics[f"transfer/bytes/{into_relay}"] == model_bytes  # one copy crossed, for two engines
         assert [EngineClient(url).get_weight_version() for url in urls] == ["3", "3"]
         with running_engine(tiny_model_path) as direct:
             push_weights(named, [direct.base_url], 3, SMALL_BUCKETS, "shm")
@@ -193,11 +194,11 @@ def test_an_engine_failing_behind_a_relay_is_reported_and_keeps_its_weights_the_
         with running_relay([healthy.base_url, broken_proxy.url]) as relay:
             plan = relayed_plan(relay.base_url, [healthy.base_url, broken_proxy.url], "gloo")
             report = execute_plan(plan, SOURCE, named, [healthy.base_url, broken_proxy.url], 4, "127.0.0.1", bucket_mb=1)
-        assert report["updated"] == [healthy.base_url]
-        assert list(report["failed"]) == [broken_proxy.url]
-        assert f"through relay {relay.base_url}" in report["failed"][broken_proxy.url]
-        assert "injected: the link dropped" in report["failed"][broken_proxy.url]
-        assert report["metrics"]["transfer/retries"] == 0  # the relay itself took every bucket
+        assert report.updated == [healthy.base_url]
+        assert list(report.failed) == [broken_proxy.url]
+        assert f"through relay {relay.base_url}" in report.failed[broken_proxy.url]
+        assert "injected: the link dropped" in report.failed[broken_proxy.url]
+        assert report.metrics["transfer/retries"] == 0  # the relay itself took every bucket
         assert EngineClient(healthy.base_url).get_weight_version() == "4"
         after = parameters(broken)
         assert all(torch.equal(before[name], after[name]) for name in before)
@@ -222,10 +223,10 @@ def test_two_relays_each_bring_one_share_and_every_engine_takes_both_then_commit
             plan = Plan({e.name: e for e in endpoints}, routes)
             plan.check()
             report = execute_plan(plan, SOURCE, named, urls, 6, "127.0.0.1", bucket_mb=SMALL_BUCKETS / 2**20)
-        assert report["failed"] == {} and report["updated"] == urls
+        assert report.failed == {} and report.updated == urls
         model_bytes = sum(t.numel() * t.element_size() for _, t in named)
-        assert report["metrics"]["transfer/bytes/gloo"] == model_bytes  # the two shares make one copy
-        assert report["metrics"]["transfer/buckets"] > 2
+        assert report.metrics["transfer/bytes/gloo"] == model_bytes  # the two shares make one copy
+        assert report.metrics["transfer/buckets"] > 2
         assert [EngineClient(url).get_weight_version() for url in urls] == ["6", "6"]
         with running_engine(tiny_model_path) as direct:
             push_weights(named, [direct.base_url], 6, SMALL_BUCKETS, "shm")

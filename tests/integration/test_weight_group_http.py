@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from loongsage.inference.client import EngineClient, EngineError
-from loongsage.transfer.process_group import WeightUpdateGroup
+from loongsage.inference.weight_wire.process_group import WeightUpdateGroup
 from loongsage.transfer.session import update_sessions
 
 from .engine_support import running_engine

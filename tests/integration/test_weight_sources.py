@@ -15,7 +15,7 @@ from loongsage.inference.client import EngineClient
 from loongsage.inference.embedded.actor import EmbeddedEngineActor
 from loongsage.sample import Sample
 from loongsage.training.group import TrainGroup
-from loongsage.transfer.mesh import source_name
+from loongsage.transfer.endpoints import source_name
 from loongsage.transfer.routes import Endpoint, Plan, Route
 from tests.integration.test_weight_sync import PROMPT, RESPONSE, engine_logprobs, k3
 
@@ -85,16 +85,16 @@ def test_every_fsdp_rank_is_a_source_and_two_of_them_fill_each_engine(engines, t
         local = trainer._local_plan(urls)
         assert sorted(r.sender for r in local.routes) == ["trainer/0", "trainer/1"]
         report = trainer.push_weights(urls, version=1)
-        assert report["updated"] == urls and report["failed"] == {}
+        assert report.updated == urls and report.failed == {}
         assert_serves(engines, trained, 1)
-        whole = report["metrics"]["transfer/bytes"] / 2  # the model's bytes: each engine got it once
+        whole = report.metrics["transfer/bytes"] / 2  # the model's bytes: each engine got it once
 
         trained = train_visibly(trainer, trained)
         trainer.set_weight_plan(two_sources_sharing_each_engine(trainer, engines))
         report = trainer.push_weights(urls, version=2)
-        assert report["updated"] == urls and report["failed"] == {}
+        assert report.updated == urls and report.failed == {}
         assert_serves(engines, trained, 2)
-        metrics = report["metrics"]
+        metrics = report.metrics
         # Each engine got each bucket once: one share from each rank, none twice, nothing missing.
         assert metrics["transfer/bytes"] == 2 * whole
         # (The shares are uneven: the tiny model's embedding is most of it, alone in bucket 0.)
@@ -110,5 +110,5 @@ def test_the_first_rank_of_each_megatron_replica_is_a_source(engines, tiny_model
         trained = train_visibly(trainer, engine_logprobs(engines[0], PROMPT, RESPONSE))
         trainer.set_weight_plan(two_sources_sharing_each_engine(trainer, engines))
         report = trainer.push_weights(urls, version=3)
-        assert report["updated"] == urls and report["failed"] == {}
+        assert report.updated == urls and report.failed == {}
         assert_serves(engines, trained, 3)

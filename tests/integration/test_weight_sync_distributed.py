@@ -129,8 +129,8 @@ def test_trainer_and_engine_agree_after_a_gloo_sync(ray_runtime, tiny_model_path
             assert stale > 1e-4
 
             report = trainer.push_weights([engine.base_url], version=1)
-            assert report["updated"] == [engine.base_url] and report["failed"] == {}
-            metrics = report["metrics"]
+            assert report.updated == [engine.base_url] and report.failed == {}
+            metrics = report.metrics
             assert metrics["transfer/buckets"] >= 1 and metrics["transfer/bytes"] > 0
             assert client.get_weight_version() == "1"
             assert client.get_server_info()["weight_update_groups"] == []

@@ -21,8 +21,9 @@ from loongsage.inference.embedded.staging import received_message
 from loongsage.inference.embedded.update_session import SessionRefused, UpdateSession
 from loongsage.inference.embedded.weight_group import GroupFailed, WeightGroups
 from loongsage.inference.embedded.weights import WeightError
+from loongsage.inference.weight_wire.shm_segments import ATTACHED
+from loongsage.inference.weight_wire.unpack import open_named_tensors
 from loongsage.json_input import JsonInputError, parse_json, read_json
-from loongsage.transfer.transports import ATTACHED, open_named_tensors
 
 log = logging.getLogger(__name__)
 

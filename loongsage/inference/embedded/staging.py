@@ -46,7 +46,7 @@ from torch import nn
 
 from loongsage.inference.embedded.llama import LlamaModel
 from loongsage.inference.embedded.weights import check_shapes
-from loongsage.transfer.layout import copy_many
+from loongsage.inference.weight_wire.layout import copy_many
 
 PROJECTIONS = ("q_proj", "k_proj", "v_proj")
 

@@ -24,8 +24,8 @@ import torch
 from loongsage.inference.embedded.protocol import BadRequest
 from loongsage.inference.embedded.staging import received_message
 from loongsage.inference.embedded.weights import WeightError, check_shapes
-from loongsage.transfer.layout import DTYPES
-from loongsage.transfer.process_group import WeightUpdateGroup
+from loongsage.inference.weight_wire.layout import DTYPES
+from loongsage.inference.weight_wire.process_group import WeightUpdateGroup
 
 BACKEND = "gloo"  # what a CPU engine can join
 PORTS = range(1, 65536)

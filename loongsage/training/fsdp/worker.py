@@ -36,7 +36,7 @@ from loongsage.training.rank_process import (
 )
 from loongsage.training.shares import global_shares
 from loongsage.training.token_scores import FullVocabScores
-from loongsage.transfer.mesh import SourceReport
+from loongsage.transfer.source_routes import SourceReport
 
 
 class TrainWorker(TrainRank):

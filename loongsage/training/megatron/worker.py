@@ -34,7 +34,7 @@ from loongsage.training.rank_process import (
 )
 from loongsage.training.settings import train_ranks
 from loongsage.training.shares import global_shares
-from loongsage.transfer.mesh import SourceReport
+from loongsage.transfer.source_routes import SourceReport
 
 
 class MegatronWorker(TrainRank):

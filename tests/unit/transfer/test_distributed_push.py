@@ -16,9 +16,9 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from loongsage.http_server import AppServer
+from loongsage.inference.weight_wire.layout import DTYPES
+from loongsage.inference.weight_wire.process_group import WeightUpdateGroup
 from loongsage.transfer import PushFailed, push_weights
-from loongsage.transfer.layout import DTYPES
-from loongsage.transfer.process_group import WeightUpdateGroup
 
 SESSIONLESS = "update_weights_from_distributed must run between begin_weight_update() and end_weight_update()"
 

@@ -7,8 +7,11 @@ import torch
 
 from loongsage.transfer.buckets import share_buckets
 from loongsage.transfer.channel import TRANSPORTS, Transport, get_transport, register_transport
-from loongsage.transfer.mesh import SOURCE, _route_groups, _share_maker, engines_behind, execute_plan, without_relays
+from loongsage.transfer.endpoints import SOURCE
+from loongsage.transfer.plan_edits import engines_behind, without_relays
+from loongsage.transfer.rounds import execute_plan
 from loongsage.transfer.routes import Endpoint, Plan, Route
+from loongsage.transfer.source_routes import route_groups, share_maker
 
 
 def test_every_transport_is_registered_once_and_a_second_registration_is_refused():
@@ -66,15 +69,15 @@ def test_routes_out_of_a_source_group_by_transport_and_share_and_a_share_is_ever
     routes = [Route(SOURCE, f"engine/{i}", "gloo", "tcp", share, 2) for i in range(2) for share in range(2)]
     plan = Plan({e.name: e for e in endpoints}, routes)
     plan.check()
-    assert _route_groups(plan, SOURCE, ["http://b:0", "http://b:1"]) == {
+    assert route_groups(plan, SOURCE, ["http://b:0", "http://b:1"]) == {
         ("gloo", 0, 2): ["http://b:0", "http://b:1"],
         ("gloo", 1, 2): ["http://b:0", "http://b:1"],
     }
-    assert _route_groups(plan, SOURCE, ["http://b:1"]) == {("gloo", 0, 2): ["http://b:1"], ("gloo", 1, 2): ["http://b:1"]}
+    assert route_groups(plan, SOURCE, ["http://b:1"]) == {("gloo", 0, 2): ["http://b:1"], ("gloo", 1, 2): ["http://b:1"]}
     named = [(f"t{i}", torch.zeros(4)) for i in range(5)]  # 16 bytes each, one a bucket
     kept, count = share_buckets(iter(named), 16, [(0, 2), (1, 2)])
     assert count == 5 and sorted(kept) == [0, 1, 2, 3, 4]
-    shares = [[n for bucket in _share_maker(kept, share, 2)() for n, _ in bucket] for share in range(2)]
+    shares = [[n for bucket in share_maker(kept, share, 2)() for n, _ in bucket] for share in range(2)]
     assert shares == [["t0", "t2", "t4"], ["t1", "t3"]]
 
 

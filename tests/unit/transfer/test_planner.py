@@ -47,7 +47,7 @@ def into(plan: Plan, name: str) -> list[tuple[str, str, str]]:
 def covered_once(plan: Plan, receiver: str) -> None:
     """Every bucket reaches the receiver exactly once (checked bucket by bucket over a period)."""
     routes = plan.routes_into(receiver)
-    period = routes[0].shards
+    period = routes[0].shares
     assert sorted(sum(r.carries(b) for r in routes) for b in range(2 * period)) == [1] * (2 * period)
 
 
@@ -71,7 +71,7 @@ def test_nvswitch_box_disaggregated_each_source_feeds_one_engine_over_nvlink():
     topology = box("dgx_h100_nvswitch.txt")
     plan = plan_routes(topology, trainers("box", range(4)), engines("box", range(4, 8)))
     assert plan.by_role("relay") == []
-    assert {r.receiver: (r.transport, r.link, r.shards) for r in plan.routes} == {
+    assert {r.receiver: (r.transport, r.link, r.shares) for r in plan.routes} == {
         f"engine/box/{g}": ("cuda_ipc", "nvlink", 1) for g in range(4, 8)
     }
     assert Counter(r.sender for r in plan.routes) == {f"trainer/box/{g}": 1 for g in range(4)}
@@ -141,7 +141,7 @@ def test_ib_cluster_relays_one_per_compute_nic_and_shares_from_every_source():
         assert [r.gpus for r in here] == [(g,) for g in range(8)]  # the GPU behind each compute NIC
         for relay in here:  # each relay takes in exactly its share over the network
             taken = [r for r in plan.routes_into(relay.name) if r.link == "rdma"]
-            assert [(r.transport, r.shard, r.shards) for r in taken] == [("nccl", int(relay.name[-1]), 8)]
+            assert [(r.transport, r.share, r.shares) for r in taken] == [("nccl", int(relay.name[-1]), 8)]
     for engine in plan.by_role("engine"):
         routes = plan.routes_into(engine.name)
         assert len(routes) == 8 and {r.sender.split("/")[1] for r in routes} == {engine.host}
@@ -296,7 +296,7 @@ def test_hosts_with_fewer_nics_hold_several_shares_per_relay():
     topology = TopologyModel(gather(big + small))
     plan = plan_routes(topology, trainers("node0", range(8)), engines("node1", range(8)) + engines("small0", range(8)))
     assert len([r for r in plan.by_role("relay") if r.host == "small0"]) == 2
-    held = {r.shard for r in plan.routes_into("relay/small0/1")}
+    held = {r.share for r in plan.routes_into("relay/small0/1")}
     assert held == {1, 3, 5, 7}
     for engine in plan.by_role("engine"):
         covered_once(plan, engine.name)
@@ -321,4 +321,4 @@ def test_every_engine_share_traces_back_to_a_source():
     for engine in plan.by_role("engine"):
         origins = [plan.origin(r) for r in plan.routes_into(engine.name)]
         assert {o.sender.split("/")[0] for o in origins} == {"trainer"}
-        assert sorted(o.shard for o in origins) == list(range(8))
+        assert sorted(o.share for o in origins) == list(range(8))

@@ -16,8 +16,8 @@ def plan(routes: list[Route], relays: tuple[str, ...] = ("r1", "r2"), engines: t
     return Plan({e.name: e for e in endpoints}, routes)
 
 
-def route(sender: str, receiver: str, shard: int = 0, shards: int = 1) -> Route:
-    return Route(sender, receiver, "nccl", "rdma", shard, shards)
+def route(sender: str, receiver: str, share: int = 0, shares: int = 1) -> Route:
+    return Route(sender, receiver, "nccl", "rdma", share, shares)
 
 
 def test_an_engine_covered_once_passes_whole_or_in_shares():

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 import torch
 
-from loongsage.transfer.process_group import WeightUpdateGroup
+from loongsage.inference.weight_wire.process_group import WeightUpdateGroup
 from tests.integration.embedded_cli_support import free_port
 
 RECEIVER = textwrap.dedent(

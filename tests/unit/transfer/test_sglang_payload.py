@@ -17,9 +17,9 @@ import pytest
 import torch
 import torch.multiprocessing
 
-from loongsage.transfer import unpack_named_tensors
+from loongsage.inference.weight_wire.sglang_payload import decode_named_tensors
+from loongsage.inference.weight_wire.unpack import unpack_named_tensors
 from loongsage.transfer.ipc_bucket import IpcBucket, file_system_sharing, share_count, shared_bucket
-from loongsage.transfer.sglang_payload import decode_named_tensors
 
 
 def own_segments() -> list[str]:

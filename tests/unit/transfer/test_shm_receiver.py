@@ -10,8 +10,10 @@ from multiprocessing import shared_memory
 import pytest
 import torch
 
-from loongsage.transfer.layout import copy_bytes, table_of_contents, view_flat, write_flat
-from loongsage.transfer.transports import ATTACHED, AttachedSegments, open_named_tensors, pack_shm, unpack_shm
+from loongsage.inference.weight_wire.layout import copy_bytes, table_of_contents, view_flat, write_flat
+from loongsage.inference.weight_wire.shm_segments import ATTACHED, AttachedSegments, unpack_shm
+from loongsage.inference.weight_wire.unpack import open_named_tensors
+from loongsage.transfer.transports import pack_shm
 
 
 def named():

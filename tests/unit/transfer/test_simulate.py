@@ -9,24 +9,22 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from loongsage.transfer.routes import Endpoint, Plan, Route
-from loongsage.transfer.simulate import (
+from loongsage.bench.flow_events import Flow, max_min_rates, run_flows
+from loongsage.bench.transfer_simulation import (
     GB,
     MODELS,
     NCCL_RING_BASE_LAT_S,
     NCCL_RING_STEP_LAT_S,
     SEED_BUCKET_BYTES,
-    Flow,
     busiest_resources,
     compare,
     layout_endpoints,
     lower_bound,
-    max_min_rates,
     plan_flows,
-    run_flows,
     seed_nccl_seconds,
     simulate_plan,
 )
+from loongsage.transfer.routes import Endpoint, Plan, Route
 
 
 @dataclass(frozen=True)

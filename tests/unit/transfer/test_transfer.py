@@ -5,7 +5,8 @@ import multiprocessing as mp
 import pytest
 import torch
 
-from loongsage.transfer import iter_buckets, unpack_named_tensors
+from loongsage.inference.weight_wire.unpack import unpack_named_tensors
+from loongsage.transfer import iter_buckets
 from loongsage.transfer.transports import PACKERS
 
 

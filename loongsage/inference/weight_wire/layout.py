@@ -1,4 +1,5 @@
-"""Describe a bucket as one flat byte buffer plus a JSON-able table of contents."""
+"""The wire format of a bucket of weights, which senders and receivers share: one flat byte buffer
+plus a JSON-able table of contents, the dtypes it carries, and the copies into and out of it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from loongsage.transfer.buckets import NamedTensors
+NamedTensors = list[tuple[str, torch.Tensor]]
 
 DTYPES = {
     str(d).removeprefix("torch."): d

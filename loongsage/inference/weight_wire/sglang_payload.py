@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 import torch.multiprocessing.reductions  # noqa: F401  (the rebuild functions resolved below)
 
-from loongsage.transfer.buckets import NamedTensors
+from loongsage.inference.weight_wire.layout import NamedTensors
 
 # null is SGLang's default: the model's own load_weights; "direct" copies by parameter name. The
 # embedded engine's parameters carry the checkpoint's names, so both load alike here.

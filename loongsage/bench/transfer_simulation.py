@@ -2,8 +2,8 @@
 to every engine GPU along a route plan, against a physical lower bound.
 
 Pure: numpy only (no Ray, no torch in this module). `python -m loongsage.bench transfer
---simulate` drives it (loongsage/bench/transfer_simulate.py); tests in
-tests/unit/transfer/test_simulate.py. It reads the same topology model (`topology_model`) and
+--simulate` drives it (loongsage/bench/transfer_simulate.py); the event model over flows is
+`flow_events`; tests in tests/unit/transfer/test_simulate.py. It reads the same topology model (`topology_model`) and
 the same plans (`planner.plan_routes`, `routes.Plan`) the mesh executes.
 
 Assumptions, with their sources
@@ -106,250 +106,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import numpy as np
-
+from loongsage.bench.flow_events import Flow, FlowResult, run_flows
 from loongsage.transfer.routes import Endpoint, Plan, Route
 
 GB = 1e9
 GiB = 2**30
 MiB = 2**20
-INF = math.inf
-_TOL = 1e-9  # relative: a flow within this fraction of its bound has caught up
-
-
-# ----------------------------------------------------------------------------------------------
-# The event model over flows
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclass
-class Flow:
-    """One hop carrying a stream of `buckets` buckets, `gb` gigabytes in all (1e9 bytes).
-    `resources`: (name, GB/s) it uses at once; `latency`: seconds of its link; `upstream`:
-    indices of the flows that bring its buckets to its sender (empty: the sender holds them at
-    time 0); `cap`: its own rate limit in GB/s."""
-
-    name: str
-    gb: float
-    buckets: int
-    resources: tuple[tuple[str, float], ...]
-    latency: float = 0.0
-    upstream: tuple[int, ...] = ()
-    cap: float = INF
-
-
-@dataclass
-class FlowResult:
-    seconds: float  # when the last flow's last bucket has landed (finish + latency)
-    finished: np.ndarray  # per flow: when it sent its last byte
-    delivered: np.ndarray  # per flow: finished + latency
-    events: int
-
-
-def max_min_rates(
-    live: np.ndarray,
-    caps: np.ndarray,
-    inc_flow: np.ndarray,
-    inc_res: np.ndarray,
-    capacity: np.ndarray,
-    inc_weight: np.ndarray | None = None,
-) -> np.ndarray:
-    """Max-min fair rates by progressive filling: every live flow's rate grows at the same pace
-    until a resource it uses is full or it reaches its cap; then it is frozen and the others go
-    on. `inc_flow[i], inc_res[i]`: flow uses resource, `inc_weight[i]` times its rate (a route into
-    an engine of several GPUs crosses its first GPU's NVLink port once per other GPU)."""
-    if inc_weight is None:
-        inc_weight = np.ones(len(inc_flow))
-    nflows = len(caps)
-    rate = np.zeros(nflows)
-    frozen = ~live | (caps <= 0)
-    remaining = capacity.astype(float).copy()
-    for _ in range(nflows + len(capacity) + 1):
-        if frozen.all():
-            break
-        open_uses = ~frozen[inc_flow]
-        counts = np.bincount(inc_res[open_uses], weights=inc_weight[open_uses], minlength=len(capacity))
-        used = counts > 0
-        step = INF
-        if used.any():
-            step = float(np.min(remaining[used] / counts[used]))
-        headroom = caps[~frozen] - rate[~frozen]
-        step = min(step, float(np.min(headroom)))
-        step = max(step, 0.0)
-        rate[~frozen] += step
-        remaining -= step * counts
-        full = used & (remaining <= 1e-9 * capacity)
-        newly = np.zeros(nflows, dtype=bool)
-        newly[inc_flow[open_uses & full[inc_res]]] = True
-        newly |= rate >= caps * (1 - 1e-12)
-        if not (newly & ~frozen).any():  # nothing limits the rest: no resource and no cap
-            break
-        frozen |= newly
-    return rate
-
-
-def run_flows(flows: Sequence[Flow], max_events: int = 200_000) -> FlowResult:
-    """Fluid event simulation of the flows (see the module docstring). Returns when the last
-    bucket of the last flow has landed."""
-    n = len(flows)
-    if n == 0:
-        return FlowResult(0.0, np.zeros(0), np.zeros(0), 0)
-    gb = np.array([f.gb for f in flows], dtype=float)
-    nb = np.array([max(1, f.buckets) for f in flows], dtype=float)
-    lat = np.array([f.latency for f in flows], dtype=float)
-    own_cap = np.array([f.cap for f in flows], dtype=float)
-    res_index: dict[str, int] = {}
-    res_cap: list[float] = []
-    inc_f, inc_r, inc_w = [], [], []
-    for i, f in enumerate(flows):
-        if not f.resources and f.cap == INF:
-            raise ValueError(f"flow {f.name}: no resource and no cap, its rate would be unbounded")
-        uses: dict[int, int] = defaultdict(int)
-        for name, bw in f.resources:
-            if bw <= 0:
-                raise ValueError(f"flow {f.name}: resource {name} has bandwidth {bw}")
-            if name not in res_index:
-                res_index[name] = len(res_cap)
-                res_cap.append(bw)
-            uses[res_index[name]] += 1  # listed n times: carries the bytes n times
-        for r, w in uses.items():
-            inc_f.append(i)
-            inc_r.append(r)
-            inc_w.append(float(w))
-    capacity = np.array(res_cap, dtype=float)
-    inc_flow = np.array(inc_f, dtype=np.int64)
-    inc_res = np.array(inc_r, dtype=np.int64)
-    inc_weight = np.array(inc_w, dtype=float)
-
-    kmax = max(1, max(len(f.upstream) for f in flows))
-    up = np.full((n, kmax), -1, dtype=np.int64)
-    for i, f in enumerate(flows):
-        for j, u in enumerate(f.upstream):
-            if not 0 <= u < n or u == i:
-                raise ValueError(f"flow {f.name}: upstream {u} is not another flow")
-            up[i, j] = u
-    has_up = up >= 0
-    upc = np.where(has_up, up, 0)
-    # store and forward: the downstream lags by the coarser of the two flows' buckets
-    lag = np.where(has_up, np.maximum(1.0 / nb[:, None], 1.0 / nb[upc]), 0.0)
-    no_upstream = ~has_up.any(axis=1)
-
-    sent = np.zeros(n)
-    rate = np.zeros(n)
-    WAITING, READY, RUNNING, DONE = 0, 1, 2, 3
-    state = np.full(n, WAITING)
-    ready_at = np.full(n, INF)
-    finished = np.full(n, INF)
-    delivered = np.full(n, INF)
-    t = 0.0
-    # sources of the stream start at once
-    state[no_upstream] = RUNNING
-    ready_at[no_upstream] = 0.0
-
-    def bounds(now: float) -> tuple[np.ndarray, np.ndarray]:
-        """Per (flow, upstream): the fraction of the flow's bytes it may have sent by now and
-        how fast that grows (fraction per second)."""
-        frac_u = sent[upc] / gb[upc]
-        done_u = state[upc] == DONE
-        landed_u = done_u & (delivered[upc] <= now + 1e-15)
-        allow = np.where(landed_u, 1.0, frac_u - lag)
-        allow = np.where(done_u & ~landed_u, np.minimum(allow, 1.0 - lag), allow)
-        slope = np.where(done_u, 0.0, rate[upc] / gb[upc])
-        allow = np.where(has_up, allow, INF)
-        slope = np.where(has_up, slope, INF)
-        return allow, slope
-
-    events = 0
-    while (state != DONE).any():
-        events += 1
-        if events > max_events:
-            raise RuntimeError(f"simulation did not finish in {max_events} events")
-        allow, slope = bounds(t)
-        amin = allow.min(axis=1)
-        allowed = np.minimum(amin, 1.0) * gb
-        # waiting flows whose upstreams all have a first bucket: ready after the link latency
-        waiting = state == WAITING
-        go = waiting & (amin >= -1e-12)
-        if go.any():
-            # the first bucket lands one link latency after it was sent (an upstream whose
-            # last bucket has landed already paid it)
-            landed = (state[upc] == DONE) & (delivered[upc] <= t + 1e-15)
-            up_lat = np.where(has_up & ~landed, lat[upc], 0.0).max(axis=1)
-            ready_at[go] = t + up_lat[go]
-            state[go] = READY
-        start = (state == READY) & (ready_at <= t + 1e-15)
-        state[start] = RUNNING
-        running = state == RUNNING
-        # a running flow that has caught up with its upstream runs no faster than it grows
-        tol = _TOL * gb
-        caught = running & ~no_upstream & (sent >= allowed - tol)
-        binding = np.isclose(allow, amin[:, None], rtol=0, atol=1e-12) & has_up
-        # caps from upstream rates, iterated to a fixed point (upstream rates depend on theirs)
-        for _ in range(64):
-            bslope = np.where(binding, np.where(has_up, rate[upc] / gb[upc], INF), INF)
-            bslope = np.where(binding & (state[upc] == DONE), 0.0, bslope)
-            track = bslope.min(axis=1) * gb
-            caps = np.where(caught, np.minimum(own_cap, track), own_cap)
-            new_rate = max_min_rates(running, caps, inc_flow, inc_res, capacity, inc_weight)
-            if np.allclose(new_rate, rate, rtol=1e-9, atol=1e-12):
-                rate = new_rate
-                break
-            rate = new_rate
-        allow, slope = bounds(t)
-        # next event
-        dt = INF
-        moving = running & (rate > 0)
-        if moving.any():
-            dt = min(dt, float(np.min((gb[moving] - sent[moving]) / rate[moving])))
-        # a free flow catching up with one of its upstream bounds
-        free = moving & ~caught & ~no_upstream
-        if free.any():
-            gap = allow[free] * gb[free, None] - sent[free, None]
-            closing = rate[free, None] - slope[free] * gb[free, None]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                when = np.where((closing > 1e-15) & has_up[free], np.maximum(gap, 0.0) / closing, INF)
-            dt = min(dt, float(when.min()))
-        # a caught-up flow's binding bound overtaken by another, slower-growing one
-        if caught.any():
-            rows = caught & (has_up.sum(axis=1) > 1)
-            if rows.any():
-                a = allow[rows]
-                s = slope[rows]
-                amin_r = a.min(axis=1, keepdims=True)
-                smin_r = np.where(np.isclose(a, amin_r, atol=1e-12), s, INF).min(axis=1, keepdims=True)
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    when = np.where((smin_r - s > 1e-15) & (a > amin_r + 1e-12), (a - amin_r) / (smin_r - s), INF)
-                dt = min(dt, float(when.min()))
-        # a waiting flow's upstream reaching its first bucket
-        if (state == WAITING).any():
-            w = state == WAITING
-            need = has_up[w] & (allow[w] < -1e-12)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                when = np.where(need & (slope[w] > 0), -allow[w] / slope[w], np.where(need, INF, 0.0))
-            dt = min(dt, float(when.max(axis=1).min()))
-        pending = (state == READY) & np.isfinite(ready_at)
-        if pending.any():
-            dt = min(dt, float(np.min(ready_at[pending] - t)))
-        landing = (state == DONE) & (delivered > t + 1e-15)
-        if landing.any():
-            dt = min(dt, float(np.min(delivered[landing] - t)))
-        if not math.isfinite(dt):
-            stuck = [flows[i].name for i in np.flatnonzero(state != DONE)[:5]]
-            raise RuntimeError(f"simulation stalled at t={t:.6g} s; flows waiting: {stuck}")
-        dt = max(dt, 0.0)
-        sent = np.minimum(sent + rate * dt, gb)
-        t += dt
-        # a tracking flow never overshoots its bound (floating error)
-        allow, _ = bounds(t)
-        cap_bytes = np.minimum(allow.min(axis=1), 1.0) * gb
-        sent = np.where(no_upstream, sent, np.minimum(sent, np.maximum(cap_bytes, 0.0)))
-        just_done = (state == RUNNING) & (sent >= gb * (1 - 1e-12))
-        sent[just_done] = gb[just_done]
-        finished[just_done] = t
-        delivered[just_done] = t + lat[just_done]
-        state[just_done] = DONE
-        rate[just_done] = 0.0
-    return FlowResult(float(delivered.max()), finished, delivered, events)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -380,8 +142,8 @@ def buckets_of(model_bytes: float, bucket_bytes: float) -> tuple[int, float]:
     return count, model_bytes / count / GB
 
 
-def _share_count(count: int, shard: int, shards: int) -> int:
-    return len(range(shard, count, shards))
+def _share_count(count: int, share: int, shares: int) -> int:
+    return len(range(share, count, shares))
 
 
 def _overlap(a: int, a_of: int, b: int, b_of: int) -> bool:
@@ -397,7 +159,7 @@ def _route_order(plan: Plan) -> list[Route]:
     for i, route in enumerate(plan.routes):
         into[route.receiver].append(i)
     needs = [
-        [j for j in into[r.sender] if _overlap(r.shard, r.shards, plan.routes[j].shard, plan.routes[j].shards)]
+        [j for j in into[r.sender] if _overlap(r.share, r.shares, plan.routes[j].share, plan.routes[j].shares)]
         for r in plan.routes
     ]
     order: list[int] = []
@@ -417,7 +179,7 @@ def _route_order(plan: Plan) -> list[Route]:
             elif state[j] == 1:
                 r = plan.routes[j]
                 raise ValueError(
-                    f"routes pass a share around a cycle through {r.sender} -> {r.receiver} (share {r.shard}/{r.shards})"
+                    f"routes pass a share around a cycle through {r.sender} -> {r.receiver} (share {r.share}/{r.shares})"
                 )
             elif state[j] == 0:
                 state[j] = 1
@@ -436,17 +198,17 @@ def plan_flows(plan: Plan, fabric: Fabric, model_bytes: float, bucket_bytes: flo
     flows: list[Flow] = []
     into: dict[str, list[tuple[int, Route]]] = defaultdict(list)
     for route in _route_order(plan):
-        buckets = _share_count(count, route.shard, route.shards)
+        buckets = _share_count(count, route.share, route.shares)
         if buckets == 0:
             continue
         sender, receiver = plan.endpoint(route.sender), plan.endpoint(route.receiver)
         upstream: tuple[int, ...] = ()
         if sender.role != "source":
-            upstream = tuple(i for i, r in into[sender.name] if _overlap(route.shard, route.shards, r.shard, r.shards))
+            upstream = tuple(i for i, r in into[sender.name] if _overlap(route.share, route.shares, r.share, r.shares))
             if not upstream:
-                raise ValueError(f"route {route.sender} -> {route.receiver}: the sender receives none of share {route.shard}")
+                raise ValueError(f"route {route.sender} -> {route.receiver}: the sender receives none of share {route.share}")
         resources = tuple(fabric.resources(sender, receiver, route.link))
-        name = f"{route.sender}->{route.receiver}" + (f" {route.shard}/{route.shards}" if route.shards > 1 else "")
+        name = f"{route.sender}->{route.receiver}" + (f" {route.share}/{route.shares}" if route.shares > 1 else "")
         into[receiver.name].append((len(flows), route))
         flows.append(Flow(name, buckets * bucket_gb, buckets, resources, fabric.link_spec(route.link).latency_s, upstream))
     copy = fabric.link_spec(_COPY)
