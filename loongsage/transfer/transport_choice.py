@@ -20,8 +20,8 @@ from loongsage.transfer.routes import Endpoint
 from loongsage.transfer.topology_model import TopologyModel
 
 TRANSPORTS = ("cuda_ipc", "nccl", "shm", "gloo", "inline")
-MESH = "mesh"  # trainer.weight_sync: the planner chooses per receiver; a transport's name restricts it to that one
-WEIGHT_SYNCS = (MESH, *TRANSPORTS)
+MESH = "mesh"  # trainer.weight_sync: the planner chooses a transport per engine; a transport's name restricts it to that one
+WEIGHT_SYNCS = (MESH, *TRANSPORTS)  # trainer.weight_sync's choices
 
 
 @dataclass(frozen=True)
@@ -29,9 +29,6 @@ class Option:
     transport: str
     link: str
     gbps: float
-
-
-MESH = "mesh"  # trainer.weight_sync: the planner chooses a transport per engine
 
 
 def weight_sync_transports(weight_sync: str) -> set[str] | None:
