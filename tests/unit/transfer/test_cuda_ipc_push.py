@@ -88,5 +88,5 @@ def test_the_config_offers_cuda_ipc():
     cfg.trainer.weight_sync = "cuda_ipc"
     check(cfg)
     cfg.trainer.weight_sync = "ipc"
-    with pytest.raises(ConfigError, match=r"trainer.weight_sync='ipc' is not one of mesh, shm, inline, cuda_ipc, gloo"):
+    with pytest.raises(ConfigError, match=r"trainer.weight_sync='ipc' is not one of mesh, cuda_ipc, nccl, shm, gloo, inline"):
         check(cfg)
