@@ -23,9 +23,10 @@ from loongsage.inference.client import EngineClient
 from loongsage.models import load_tokenizer, resolve_model_path
 from loongsage.sample import Sample
 from loongsage.teachers.loaders import DiskLoader, HostLoader, TeacherLoader
-from loongsage.teachers.manager import Teacher, TeacherManager
+from loongsage.teachers.manager import TeacherManager
 from loongsage.teachers.scoring import ScoreRequest
 from loongsage.teachers.signal import apply_scores
+from loongsage.teachers.teacher import Teacher
 
 
 class TeacherGroup:
