@@ -1,6 +1,6 @@
-"""TeacherGroup: the run's teachers as engine actors (rollout.engine's kind, so embedded engines
-here and SGLang servers on a cluster's `roles.teacher.gpus`), scored through a TeacherManager,
-and the routing of each sample to its data source's teacher.
+"""TeacherGroup: the run's teachers as an EngineFleet of their own (rollout.engine's kind, so
+embedded engines here and SGLang servers on a cluster's `roles.teacher.gpus`), scored through a
+TeacherManager, and the routing of each sample to its data source's teacher.
 
 The slots start on the first teachers of teachers.pool (their engines load those weights,
 labelled with the teachers' names); the others are swapped in when their samples come, from
