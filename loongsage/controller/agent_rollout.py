@@ -27,7 +27,7 @@ from loongsage.config.data_mix import SINGLE_SOURCE
 from loongsage.controller.data_stream import Item
 from loongsage.controller.grading_health import check_grading, mark_grading_error
 from loongsage.controller.live_sandboxes import LiveSandboxes
-from loongsage.controller.rollout import RolloutGroup
+from loongsage.inference.fleet import EngineFleet
 from loongsage.sample import Sample
 from loongsage.tasks.registry import Reward, get_reward
 from loongsage.tasks.scoring import score_safely
@@ -39,7 +39,7 @@ DEMONSTRATION_TRIES = 3
 
 
 class AgentRolloutSource:
-    def __init__(self, cfg: Config, rollout: RolloutGroup, model_path: str):
+    def __init__(self, cfg: Config, engines: EngineFleet, model_path: str):
         self.cfg = cfg
         # Per data source (one unnamed source unless data.mix): its agent and its reward.
         self.agents, self.rewards = _agents_and_rewards(cfg)
@@ -51,17 +51,17 @@ class AgentRolloutSource:
         router = Router(
             RouterConfig(
                 model=model_path,
-                engine_urls=tuple(rollout.urls),
+                engine_urls=tuple(engines.urls),
                 served_model_names=(cfg.model.name,),
                 chat_format=cfg.agent.chat_format,
                 max_context=cfg.rollout.max_context,
                 request_timeout_s=cfg.rollout.request_timeout_s,
                 sampling=run_sampling(cfg.rollout),
             ),
-            activity=rollout.activity,
+            activity=engines.activity,
             # The engines' state shared with the controller: the router's requests and the weight
             # pushes see the same engines down or lagging.
-            roster=rollout.roster,
+            roster=engines.roster,
         )
         self.server = RouterServer(router)
         self.server.start()
@@ -86,7 +86,7 @@ class AgentRolloutSource:
             for member in range(self.cfg.rollout.group_size)
         ]
         samples = [sample for future in futures for sample in future.result()]
-        check_grading(samples, self.cfg.agent.sandbox, f"rollout group {index}")
+        check_grading(samples, self.cfg.agent.sandbox, f"prompt group {index}")
         return samples
 
     def demonstrations(self, items: list[Item]) -> list[Sample]:

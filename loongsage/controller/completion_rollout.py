@@ -3,23 +3,24 @@ from the engines, scored by the reward workers."""
 
 from __future__ import annotations
 
+from loongsage.controller.completion_sampler import CompletionSampler
 from loongsage.controller.data_stream import Item
 from loongsage.controller.rewards import RewardPool
-from loongsage.controller.rollout import RolloutGroup
 from loongsage.sample import Sample
 
 
 class CompletionRolloutSource:
-    def __init__(self, rollout: RolloutGroup, rewards: RewardPool, seed: int):
-        self.rollout = rollout
+    def __init__(self, sampler: CompletionSampler, rewards: RewardPool, seed: int):
+        self.sampler = sampler
         self.rewards = rewards
         self.seed = seed
 
     def rollout_group(self, index: int, item: Item) -> list[Sample]:
         """The `index`-th group of the run (counting from 0): `item`'s responses, scored."""
-        samples = self.rollout.generate_group(item, index, self.seed)
+        samples = self.sampler.generate_group(item, index, self.seed)
         self.rewards.score(item.data, samples)
         return samples
 
     def close(self) -> None:
+        self.sampler.close()
         self.rewards.close()

@@ -4,10 +4,11 @@
 Who owns which threads (each stops in `Controller.shutdown`, in the order written there):
 the rollout pipeline (a producer thread and a pool running prompt groups), the rollout
 source (agent episodes: an episode pool and the router's HTTP server; single completions:
-reward-worker actors), the RolloutGroup (one event loop thread carrying every engine
-request, and the engine actors), the TeacherGroup (teacher engine actors and the manager's
-loader thread), the TrainGroup (the trainer actors), and the controller
-itself (one thread at a time for a long call it may give up on: InterruptibleCalls).
+the CompletionSampler's event loop thread carrying every engine request, and reward-worker
+actors), the rollout engines' EngineFleet (the engine actors), the TeacherGroup (teacher
+engine actors, a fleet of their own, and the manager's loader thread), the TrainGroup (the
+trainer actors), and the controller itself (one thread at a time for a long call it may give
+up on: InterruptibleCalls).
 """
 
 from __future__ import annotations
@@ -27,16 +28,18 @@ from loongsage.config.teacher_rules import teacher_routes
 from loongsage.controller.agent_rollout import AgentRolloutSource
 from loongsage.controller.checkpoint import latest_checkpoint, load_controller_state, save_checkpoint
 from loongsage.controller.completion_rollout import CompletionRolloutSource
+from loongsage.controller.completion_sampler import CompletionSampler
 from loongsage.controller.data_stream import DataStream, Item, from_legacy_state
 from loongsage.controller.engine_failure import EngineDied
 from loongsage.controller.interruptible import InterruptibleCalls, StepInterrupted, thread_stacks
 from loongsage.controller.metrics import rollout_metrics
 from loongsage.controller.monitor import Monitor
 from loongsage.controller.rewards import RewardPool
-from loongsage.controller.rollout import EngineSeats, RolloutGroup
-from loongsage.controller.rollout_pipeline import ROLLOUT_GROUP_THREAD, RolloutPipeline, RolloutSource
+from loongsage.controller.rollout_pipeline import PROMPT_GROUP_THREAD, RolloutPipeline, RolloutSource
 from loongsage.controller.warm_start import warm_start
 from loongsage.inference.activity import IdleClock
+from loongsage.inference.engine_launch import EngineSeats
+from loongsage.inference.fleet import EngineFleet
 from loongsage.models import resolve_model_path
 from loongsage.sample import Sample
 from loongsage.tasks.registry import get_data_source
@@ -60,9 +63,9 @@ class Controller:
         self.placement = place_actors(cfg)
         log.info("placement:\n%s", self.placement.describe())
         try:
-            self.rollout = RolloutGroup(
+            self.engines = EngineFleet(
                 cfg.rollout,
-                model_path,
+                [model_path] * cfg.rollout.num_engines,
                 self.placement.engine_cpus,
                 self.placement.engine_options,
                 EngineSeats(
@@ -112,8 +115,8 @@ class Controller:
                 self._warm_started = True
                 monitor.start_clock()
             first_group = self.step * self.cfg.rollout.prompts_per_step  # seeds and names go on across a resume
-            self.pipeline = RolloutPipeline(self.cfg, self.data, self.source, self.rollout, first_group)
-            self._idle_clock = IdleClock(self.rollout.activity)
+            self.pipeline = RolloutPipeline(self.cfg, self.data, self.source, self.engines, first_group)
+            self._idle_clock = IdleClock(self.engines.activity)
             while self.step < self.cfg.run.steps:
                 if stop():
                     raise StepInterrupted("asked to stop between steps")
@@ -136,13 +139,14 @@ class Controller:
 
     def shutdown(self) -> None:
         """Everything the run started, stopped in this order (the one place it is written):
-        1. the pipeline admits no more groups, and its producer thread ends;
+        1. the pipeline admits no more prompt groups, and its producer thread ends;
         2. the engines stop, so every request in flight ends: the pipeline's group threads, the
            agent episodes and the request loop's coroutines return instead of waiting forever;
            then the teachers' engines (a scoring call given up on ends with them);
         3. the rollout source: the sandboxes of episodes in flight (destroyed, so a black-box
            program retrying the dead endpoint ends now), the episode pool and router server; or
-           the reward workers;
+           the completion sampler's request loop (a thread still waiting on it gets
+           RequestLoopClosed) and the reward workers;
         4. the trainer's actors, so a training call given up on returns, then the weight relays
            (nothing pushes through them any more);
         5. the threads given up on (a controller call, the pipeline's groups) are waited for,
@@ -151,7 +155,7 @@ class Controller:
         6. the placement group, releasing the actors' seats."""
         if self.pipeline is not None:
             self.pipeline.close()
-        self.rollout.shutdown()
+        self.engines.stop()
         if self.teachers is not None:
             self.teachers.shutdown()
         self.source.close()
@@ -159,7 +163,7 @@ class Controller:
         stop_relays(self.relays)
         stuck = [thread for thread in [self.calls.close(SHUTDOWN_WAIT_S)] if thread is not None]
         if self.pipeline is not None and self.pipeline.wait_for_groups(SHUTDOWN_WAIT_S):
-            stuck += [t for t in threading.enumerate() if t.name.startswith(ROLLOUT_GROUP_THREAD)]
+            stuck += [t for t in threading.enumerate() if t.name.startswith(PROMPT_GROUP_THREAD)]
         if stuck:
             log.warning("still running at shutdown: %s\n%s", ", ".join(t.name for t in stuck), thread_stacks(stuck))
         self.placement.remove()
@@ -180,9 +184,10 @@ class Controller:
     def _rollout_source(self, model_path: str) -> RolloutSource:
         """Agent episodes through the router when an agent is configured, else one completion per sample."""
         if self.cfg.agent.name:
-            return AgentRolloutSource(self.cfg, self.rollout, model_path)
+            return AgentRolloutSource(self.cfg, self.engines, model_path)
         rewards = RewardPool(self.cfg.data.reward, self.cfg.data.num_reward_workers)
-        return CompletionRolloutSource(self.rollout, rewards, self.cfg.run.seed)
+        sampler = CompletionSampler(self.cfg.rollout, self.engines, model_path)
+        return CompletionRolloutSource(sampler, rewards, self.cfg.run.seed)
 
     def _warm_start(self, monitor: Monitor, stop: Callable[[], bool], abandon: Callable[[], bool]) -> None:
         ws = self.cfg.warm_start
@@ -221,7 +226,7 @@ class Controller:
             teacher_metrics = self.calls.call(lambda: self.teachers.score(samples), stop, f"the teachers' scoring of step {step}")
         scored = time.perf_counter()
         self._assign_advantages(samples)
-        self.rollout.release_memory()
+        self.engines.release_memory()
         metrics = self.calls.call(
             lambda: self.trainer.train_step(samples, policy_version=self.weight_version),
             abandon,
@@ -246,8 +251,8 @@ class Controller:
                 "rollout/weight_version": float(self.weight_version),
                 "async/trainer_idle_ratio": 1.0 - (trained - scored) / max(synced - started, 1e-9),
                 "async/rollout_idle_ratio": self._idle_clock.lap(),
-                "faults/engine_restarts": float(self.rollout.restarts()),
-                "faults/engine_failovers": float(self.rollout.roster.failures),
+                "faults/engine_restarts": float(self.engines.restarts()),
+                "faults/engine_failovers": float(self.engines.roster.failures),
             }
         )
         return samples, metrics
@@ -261,13 +266,13 @@ class Controller:
             if time.monotonic() >= self._next_engine_check:
                 self._next_engine_check = time.monotonic() + ENGINE_CHECK_EVERY_S
                 self._stop_if_engines_died()
-                self.rollout.resync(lambda urls: self.trainer.push_weights(urls, self.weight_version))
+                self.engines.resync(lambda urls: self.trainer.push_weights(urls, self.weight_version))
             return stop()
 
         return poll
 
     def _stop_if_engines_died(self, cause: Exception | None = None) -> None:
-        dead = self.rollout.dead_engines()
+        dead = self.engines.dead_engines()
         if dead:
             raise EngineDied(dead, self.step + 1, latest_checkpoint(self.run_dir), cause) from None
 
@@ -290,8 +295,8 @@ class Controller:
         version = self.weight_version
 
         def push() -> None:
-            with self.rollout.memory_resumed_for_push():
-                self._transfer_metrics = self.rollout.push_weights(lambda urls: self.trainer.push_weights(urls, version), version)
+            with self.engines.memory_resumed_for_push():
+                self._transfer_metrics = self.engines.push_weights(lambda urls: self.trainer.push_weights(urls, version), version)
 
         if self.pipeline is not None:
             self.pipeline.update_weights(push)
@@ -306,7 +311,7 @@ class Controller:
             for rank, host in self.trainer.weight_sources.items()
         }
         plan, self.relays = plan_weight_routes(
-            self.cfg.trainer.weight_sync, sources, self.rollout.urls, self.placement.engine_gpus, self.run_dir
+            self.cfg.trainer.weight_sync, sources, self.engines.urls, self.placement.engine_gpus, self.run_dir
         )
         self.trainer.set_weight_plan(plan)
 
@@ -359,5 +364,5 @@ class Controller:
         self.data.load_state_dict(state["data"] if "data" in state else from_legacy_state(state, self.data))
         # The engines start from the base model; give them the checkpoint's weights.
         version = self.weight_version
-        self.rollout.push_weights(lambda urls: self.trainer.push_weights(urls, version), version)
+        self.engines.push_weights(lambda urls: self.trainer.push_weights(urls, version), version)
         log.info("resumed from %s at step %d", checkpoint, self.step)

@@ -29,12 +29,12 @@ from loongsage.config import Config
 from loongsage.config.run_modes import pipeline_settings
 from loongsage.controller.data_stream import DataStream, Item
 from loongsage.controller.pipeline import FinishedGroup, PipelineBuffer, TakeStats, ThreadedPipeline
-from loongsage.controller.rollout import RolloutGroup
+from loongsage.inference.fleet import EngineFleet
 from loongsage.sample import Sample
 
 log = logging.getLogger(__name__)
 
-ROLLOUT_GROUP_THREAD = "rollout-group"  # name prefix of the threads that run groups
+PROMPT_GROUP_THREAD = "prompt-group"  # name prefix of the threads that run prompt groups
 
 
 class RolloutSource(Protocol):
@@ -50,11 +50,11 @@ class RolloutPipeline:
     """Takes items from `data` (which replays a checkpoint's unsettled items first) and settles
     each once it is trained or dropped, so `data.state_dict()` is the whole data position."""
 
-    def __init__(self, cfg: Config, data: DataStream, source: RolloutSource, rollout: RolloutGroup | None, first_index: int = 0):
+    def __init__(self, cfg: Config, data: DataStream, source: RolloutSource, engines: EngineFleet | None, first_index: int = 0):
         self.cfg = pipeline_settings(cfg)
         self.data = data
         self.source = source
-        self.rollout = rollout
+        self.engines = engines
         self.batch_size = cfg.rollout.prompts_per_step
         max_inflight = self.cfg.max_inflight or self.batch_size * (1 + self.cfg.max_staleness)
         buffer = PipelineBuffer(build_window(self.cfg.window, self.batch_size, self.cfg.max_staleness), max_inflight)
@@ -62,7 +62,7 @@ class RolloutPipeline:
         self.pipeline = ThreadedPipeline(buffer)
         self._lock = threading.Lock()  # the items below
         self._items: dict[int, Item] = {}  # started and not yet trained or dropped, by group index
-        self._pool = ThreadPoolExecutor(max_inflight, thread_name_prefix=ROLLOUT_GROUP_THREAD)
+        self._pool = ThreadPoolExecutor(max_inflight, thread_name_prefix=PROMPT_GROUP_THREAD)
         self._running: set[Future] = set()
         self._producer = threading.Thread(target=self._produce, name="rollout-producer", daemon=True)
         self._producer.start()
@@ -82,7 +82,7 @@ class RolloutPipeline:
         """Run `push` (which loads new weights into the engines) at a safe point for generation,
         then let the window move on by one version."""
         if self.cfg.partial_rollout:
-            with self.rollout.weight_update(interrupt=True):
+            with self.engines.weight_update(interrupt=True):
                 push()
         else:
             self.pipeline.wait_until_idle(self.cfg.batch_timeout_s)
@@ -125,14 +125,14 @@ class RolloutPipeline:
         try:
             samples = self.source.rollout_group(index, item)
             if not samples:
-                raise RuntimeError(f"rollout group {index} (item {item.id}) produced no samples")
+                raise RuntimeError(f"prompt group {index} (item {item.id}) produced no samples")
             oldest, newest = _version_span(samples)
         except Exception as exc:  # reported to the trainer, which stops the run with it
             # One line here: the trainer raises it with this traceback chained, unless it turns out
             # to be an engine that died (then the run says so in one paragraph). Once closed, the
             # engines going away is what ended it.
             if not self.pipeline.closed:
-                log.error("rollout group %d (item %s) failed: %s: %s", index, item.id, type(exc).__name__, exc)
+                log.error("prompt group %d (item %s) failed: %s: %s", index, item.id, type(exc).__name__, exc)
             self.pipeline.fail(exc)
             return
         keep = not self.cfg.filter_zero_variance or _informative(samples)

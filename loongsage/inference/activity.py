@@ -1,6 +1,6 @@
 """How much of the time the engines had work: the rollout side's idle ratio.
 
-Measured where requests are sent (the rollout group, the router), so it reads the same for
+Measured where requests are sent (the completion sampler, the router), so it reads the same for
 the embedded engine and for SGLang. The engines count as idle when no request is in flight
 and while they are paused for a weight update.
 """

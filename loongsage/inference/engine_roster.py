@@ -8,7 +8,7 @@ A response stamped with an older version than the one published when it was aske
 same sign, caught even when nobody saw the engine go down.
 
 A version that is not an integer ("default", or none at all) cannot be compared: such an
-engine is never held back for its version. The run's engines start at "0" (RolloutGroup), so a
+engine is never held back for its version. The run's engines start at "0" (EngineFleet), so a
 restarted one does compare, and lags once anything newer was published.
 """
 

@@ -3,7 +3,7 @@
 An entry is a Ray actor class (what `@ray.remote` makes; a plain class is made one), one actor
 per engine, constructed as `cls(model_path, engine_cfg, cpus)` and answering `start() -> base
 URL` (serving SGLang's HTTP protocol there), `stop()`, `gpu_ids()` and `status() -> {"restarts":
-int, "alive": bool, "failed": str | None}` (RolloutGroup and its liveness probe call nothing else).
+int, "alive": bool, "failed": str | None}` (EngineFleet and its liveness probe call nothing else).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""TeacherGroup: the run's teachers as engine actors (rollout.engine's kind, so embedded engines
-here and SGLang servers on a cluster's `roles.teacher.gpus`), scored through a TeacherManager,
-and the routing of each sample to its data source's teacher.
+"""TeacherGroup: the run's teachers as an EngineFleet of their own (rollout.engine's kind, so
+embedded engines here and SGLang servers on a cluster's `roles.teacher.gpus`), scored through a
+TeacherManager, and the routing of each sample to its data source's teacher.
 
 The slots start on the first teachers of teachers.pool (their engines load those weights,
 labelled with the teachers' names); the others are swapped in when their samples come, from
@@ -18,14 +18,16 @@ import ray
 from loongsage.config import Config
 from loongsage.config.data_mix import SINGLE_SOURCE
 from loongsage.config.teacher_rules import resident_slots, teacher_routes
-from loongsage.controller.rollout import EngineSeats, engine_cfg, stop_engines
 from loongsage.inference.client import EngineClient
+from loongsage.inference.engine_launch import EngineSeats
+from loongsage.inference.fleet import EngineFleet
 from loongsage.models import load_tokenizer, resolve_model_path
 from loongsage.sample import Sample
 from loongsage.teachers.loaders import DiskLoader, HostLoader, TeacherLoader
-from loongsage.teachers.manager import Teacher, TeacherManager
+from loongsage.teachers.manager import TeacherManager
 from loongsage.teachers.scoring import ScoreRequest
 from loongsage.teachers.signal import apply_scores
+from loongsage.teachers.teacher import Teacher
 
 
 class TeacherGroup:
@@ -41,36 +43,32 @@ class TeacherGroup:
         ray_options: Sequence[dict] | None = None,
         gpus: list[list[int]] | None = None,
     ):
-        from loongsage.inference.engines import engine_actor
-
         self.opd = cfg.algorithm.opd
         self.routes = teacher_routes(cfg)
         self.teachers = [Teacher(t.name, str(resolve_model_path(t.model))) for t in cfg.teachers.pool]
         _check_vocabularies(student_path, self.teachers)
         slots = resident_slots(cfg)
-        engine = engine_actor(cfg.rollout.engine)
-        # SGLang slots take the indices after the rollout engines': their own ports and log files.
-        first_index = cfg.rollout.num_engines
+        starting = self.teachers[:slots]
         self.gpus = gpus
         self.run_dir = run_dir
-        seats = EngineSeats(gpus=gpus, log_dir=str(run_dir / "engines"))
-        self.actors = [
-            engine.options(**(ray_options[slot] if ray_options else {})).remote(
-                teacher.model_path,
-                engine_cfg(cfg.rollout, first_index + slot, None, seats, weight_version=teacher.name, seat=slot),
-                None,
-            )
-            for slot, teacher in zip(range(slots), self.teachers)
-        ]
-        self._started = [actor.start.remote() for actor in self.actors]
-        self._timeout_s = cfg.rollout.request_timeout_s
+        self.engines = EngineFleet(
+            cfg.rollout,
+            [teacher.model_path for teacher in starting],
+            ray_options=ray_options[:slots] if ray_options else None,
+            # SGLang slots take the indices after the rollout engines': their own ports and log files.
+            seats=EngineSeats(
+                gpus=gpus[:slots] if gpus else None, log_dir=str(run_dir / "engines"), first_index=cfg.rollout.num_engines
+            ),
+            weight_versions=[teacher.name for teacher in starting],
+            count_key="teachers.max_resident",
+        )
         waiting = slots < len(self.teachers)  # some teacher is swapped in when its samples come
         self.store = _start_store(self.teachers, ray_options, gpus) if waiting and cfg.teachers.offload == "host" else None
         self._relays: list = []
 
     @cached_property
     def manager(self) -> TeacherManager:
-        clients = [EngineClient(url, timeout=self._timeout_s) for url in ray.get(self._started)]
+        clients = self.engines.clients
         top_k = self.opd.top_k if self.opd.style == "gkd" else 0
         resident = [teacher.name for teacher in self.teachers[: len(clients)]]
         return TeacherManager(self.teachers, clients, top_k=top_k, resident=resident, loader=self._loader(clients))
@@ -118,7 +116,7 @@ class TeacherGroup:
     def shutdown(self) -> None:
         if "manager" in self.__dict__:
             self.manager.close()
-        stop_engines(self.actors)
+        self.engines.stop()
         if self.store is not None:
             from loongsage.transfer.weight_routes import stop_relays
 

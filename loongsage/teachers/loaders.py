@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from loongsage.inference.client import EngineClient
-
-if TYPE_CHECKING:
-    from loongsage.teachers.manager import Teacher
+from loongsage.teachers.teacher import Teacher
 
 
 class TeacherLoader(Protocol):

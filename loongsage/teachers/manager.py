@@ -24,17 +24,9 @@ from dataclasses import dataclass, field
 from loongsage.inference.client import EngineClient
 from loongsage.teachers.loaders import DiskLoader, TeacherLoader
 from loongsage.teachers.scoring import ScoreRequest, TeacherScores, score_batch
+from loongsage.teachers.teacher import Teacher
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Teacher:
-    """`model_path`: an HF directory. Which samples it scores is the run's routing
-    (config.teacher_rules.teacher_routes), not the teacher's."""
-
-    name: str
-    model_path: str
 
 
 @dataclass

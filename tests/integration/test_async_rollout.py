@@ -9,10 +9,11 @@ import pytest
 
 from loongsage.config import Config
 from loongsage.controller.completion_rollout import CompletionRolloutSource
+from loongsage.controller.completion_sampler import CompletionSampler
 from loongsage.controller.data_stream import DataStream
 from loongsage.controller.rewards import RewardPool
-from loongsage.controller.rollout import RolloutGroup
 from loongsage.controller.rollout_pipeline import RolloutPipeline
+from loongsage.inference.fleet import EngineFleet
 
 MAX_NEW = 48
 HOLD_TIMEOUT_S = 300  # generous: CI runs on 2 loaded cores
@@ -31,20 +32,22 @@ def _config(mode: str, **pipeline) -> Config:
 
 @pytest.fixture(scope="module")
 def engines(ray_runtime, tiny_model_path):
-    rollout = RolloutGroup(_config("fully_async").rollout, tiny_model_path)
+    cfg = _config("fully_async").rollout
+    rollout = EngineFleet(cfg, [tiny_model_path] * cfg.num_engines)
     rollout.urls  # noqa: B018 - wait for the engine
     yield rollout
-    rollout.shutdown()
+    rollout.stop()
 
 
-def _run(cfg: Config, rollout: RolloutGroup, model_path: str, steps: int, hold: bool = False):
+def _run(cfg: Config, rollout: EngineFleet, model_path: str, steps: int, hold: bool = False):
     """`steps` training steps with a weight update after each. `hold`: before every update but the
     last, pause the engines at a moment a response is part generated (`_pause_mid_generation`), so
     the update interrupts it whatever the load on the machine; the last update is left alone, as
     what it interrupts is never trained. Returns the batches, the pipeline's buffer and how many
     updates were held so."""
     data = DataStream(cfg.data, cfg.rollout.prompts_per_step, seed=0)
-    source = CompletionRolloutSource(rollout, RewardPool("tests.integration.toy_rewards:digit_fraction", 1), 0)
+    sampler = CompletionSampler(cfg.rollout, rollout, model_path)
+    source = CompletionRolloutSource(sampler, RewardPool("tests.integration.toy_rewards:digit_fraction", 1), 0)
     version = int(rollout.clients[0].get_weight_version())
     pipeline = RolloutPipeline(cfg, data, source, rollout)
     batches, held = [], 0
@@ -73,7 +76,7 @@ def _run(cfg: Config, rollout: RolloutGroup, model_path: str, steps: int, hold: 
     return batches, pipeline.pipeline.buffer, held
 
 
-def _pause_mid_generation(rollout: RolloutGroup, pipeline: RolloutPipeline) -> bool:
+def _pause_mid_generation(rollout: EngineFleet, pipeline: RolloutPipeline) -> bool:
     """Leave the engines paused while one of them holds a response that has sampled tokens and has
     not finished (an engine's `running` requests are exactly those), so the weight update that
     follows interrupts it. Paused, nothing can finish; in between the engines run a few steps at a
@@ -90,7 +93,7 @@ def _pause_mid_generation(rollout: RolloutGroup, pipeline: RolloutPipeline) -> b
         time.sleep(0.002)
 
 
-def _set_paused(rollout: RolloutGroup, paused: bool) -> None:
+def _set_paused(rollout: EngineFleet, paused: bool) -> None:
     for client in rollout.clients:
         # in_place: held requests stay in flight, for the update's abort-mode pause to interrupt.
         client.pause_generation(mode="in_place") if paused else client.continue_generation()

@@ -1,5 +1,5 @@
 """Role placement on a real Ray with fake GPUs: every actor lands on the bundle the plan gave
-it and sees the GPU ids the plan names; the run's own TrainGroup and RolloutGroup, placed by
+it and sees the GPU ids the plan names; the run's own TrainGroup and EngineFleet, placed by
 `place_actors`, sit on their seats and still train and generate there.
 
 The session's `ray_runtime` has no GPUs, and a second `ray.init` in this process would clobber
@@ -88,7 +88,8 @@ from ray.util import placement_group_table
 from loongsage.cluster.actor_placement import place_actors
 from loongsage.config import Config, check
 from loongsage.controller.data_stream import Item
-from loongsage.controller.rollout import RolloutGroup
+from loongsage.controller.completion_sampler import CompletionSampler
+from loongsage.inference.fleet import EngineFleet
 from loongsage.models import resolve_model_path
 from loongsage.training.group import TrainGroup
 from tests.samples import random_samples
@@ -117,7 +118,8 @@ def live_groups():
 def run(cfg):
     actors = place_actors(cfg)
     try:
-        rollout = RolloutGroup(cfg.rollout, MODEL, actors.engine_cpus, actors.engine_options)
+        rollout = EngineFleet(cfg.rollout, [MODEL] * cfg.rollout.num_engines, actors.engine_cpus, actors.engine_options)
+        sampler = CompletionSampler(cfg.rollout, rollout, MODEL)
         trainer = TrainGroup(MODEL, cfg.trainer, cfg.algorithm, 0, ray_options=actors.trainer_options,
                              cpus=actors.trainer_cpus)
         try:
@@ -128,11 +130,12 @@ def run(cfg):
                               for seat, gpus in zip(actors.seats(role), reports)]
             items = [Item("", i, {"id": str(i), "prompt": f"question {i}", "label": ""}) for i in range(2)]
             seen["generated"] = [len(sample.response_ids) for i, item in enumerate(items)
-                                 for sample in rollout.generate_group(item, i, seed=0)]
+                                 for sample in sampler.generate_group(item, i, seed=0)]
             seen["loss"] = trainer.train_step(random_samples(4, 0))["train/loss"]
         finally:
             trainer.shutdown()
-            rollout.shutdown()
+            rollout.stop()
+            sampler.close()
     finally:
         actors.remove()
     seen["groups_left"] = live_groups()

@@ -1,4 +1,4 @@
-"""RolloutGroup's control calls reach every engine: a group of two embedded engine actors, each
+"""EngineFleet's control calls reach every engine: a fleet of two embedded engine actors, each
 paused, aborted, continued, released and resumed by the one call the controller makes."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from loongsage.config import RolloutConfig
-from loongsage.controller.rollout import EngineSeats, RolloutGroup
 from loongsage.inference.client import EngineClient
+from loongsage.inference.engine_launch import EngineSeats
+from loongsage.inference.fleet import EngineFleet
 from tests.integration.engine_support import WAIT_S
 
 PROMPT = [1, 504, 3458, 314, 253, 1345, 30, 198]
@@ -23,11 +24,11 @@ LONG = MAX_CONTEXT - len(PROMPT)
 @pytest.fixture(scope="module")
 def rollout(ray_runtime, tiny_model_path):
     cfg = RolloutConfig(engine="embedded", num_engines=2, max_running=4, max_context=MAX_CONTEXT, num_threads=1)
-    # Colocated, so that release_memory is not a no-op; it changes nothing else in the group.
-    group = RolloutGroup(cfg, tiny_model_path, seats=EngineSeats(colocated=True))
-    assert len(set(group.urls)) == 2  # two engines, two servers
-    yield group
-    group.shutdown()
+    # Colocated, so that release_memory is not a no-op; it changes nothing else in the fleet.
+    fleet = EngineFleet(cfg, [tiny_model_path] * cfg.num_engines, seats=EngineSeats(colocated=True))
+    assert len(set(fleet.urls)) == 2  # two engines, two servers
+    yield fleet
+    fleet.stop()
 
 
 def _greedy(max_new_tokens: int) -> dict:

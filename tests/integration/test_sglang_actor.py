@@ -30,7 +30,7 @@ STARTUP_TIMEOUT_S = 180.0  # a model load on 2 cores shared with other tests
 
 @pytest.fixture(scope="module")
 def actor_class(ray_runtime):
-    return engine_actor("sglang")  # through the registry, as RolloutGroup finds it
+    return engine_actor("sglang")  # through the registry, as EngineFleet finds it
 
 
 def _engine_cfg(tmp_path: Path, **sglang) -> dict:
@@ -164,7 +164,7 @@ def test_a_colocated_server_gives_its_weights_memory_back_and_takes_it_again(act
         loaded = _rss_bytes(pid)
         client.release_memory_occupation(["weights"])
         released = _rss_bytes(pid)
-        client.release_memory_occupation(["kv_cache"])  # RolloutGroup.release_memory gives back both
+        client.release_memory_occupation(["kv_cache"])  # EngineFleet.release_memory gives back both
         emptied = _rss_bytes(pid)
         info = client.get_server_info()
         with pytest.raises(EngineError, match="weights released") as refused:
@@ -235,7 +235,7 @@ def test_killing_the_actor_takes_its_server_with_it(actor_class, tmp_path):
     actor = actor_class.remote("unused", _engine_cfg(tmp_path, command=[sys.executable, STANDIN]))
     ray.get(actor.start.remote(), timeout=60)
     pid = ray.get(actor.status.remote(), timeout=30)["pid"]
-    ray.kill(actor)  # no stop(): as when RolloutGroup gives up on a hung actor
+    ray.kill(actor)  # no stop(): as when EngineFleet gives up on a hung actor
     assert _gone(pid)
 
 

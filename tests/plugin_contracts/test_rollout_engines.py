@@ -1,5 +1,5 @@
-"""Every `rollout.engine` is a Ray actor class RolloutGroup starts one actor of per engine,
-called the way RolloutGroup and its liveness probe (controller/engine_failure.py) call it."""
+"""Every `rollout.engine` is a Ray actor class EngineFleet starts one actor of per engine,
+called the way EngineFleet and its liveness probe (inference/engine_status.py) call it."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ def python_class(engine) -> type:
 
 
 @pytest.mark.parametrize("name", sorted(ENGINES))
-def test_engine_is_constructed_and_called_the_way_rollout_group_does(name):
+def test_engine_is_constructed_and_called_the_way_the_engine_fleet_does(name):
     assert isinstance(engine_actor(name), ActorClass)
     cls = python_class(ENGINES[name])
     assert isinstance(cls, type), f"{name}: neither a Ray actor class nor a class"
     # model_path, engine_cfg, cpus
-    assert accepts(cls, ANY, ANY, ANY), f"{name}: constructor refuses RolloutGroup's three arguments"
+    assert accepts(cls, ANY, ANY, ANY), f"{name}: constructor refuses EngineFleet's three arguments"
     assert method_problems(cls, ROLLOUT_GROUP_CALLS) == []
-    # RolloutGroup makes EngineClients of what start() returns.
+    # EngineFleet makes EngineClients of what start() returns.
     assert typing.get_type_hints(cls.start).get("return") is str, f"{name}: start() must return the base URL"

@@ -11,7 +11,7 @@ import pytest
 from loongsage.cluster.actor_placement import place_actors
 from loongsage.config import Config, RolloutConfig
 from loongsage.config.placement import split_cores
-from loongsage.controller.rollout import RolloutGroup
+from loongsage.inference.fleet import EngineFleet
 from loongsage.training.group import TrainGroup
 
 
@@ -50,7 +50,7 @@ def test_groups_refuse_per_actor_settings_of_the_wrong_length_before_starting_an
     with pytest.raises(ValueError, match=r"TrainGroup cpus has 3 entries for trainer.world_size=2"):
         TrainGroup("unused", trainer, SimpleNamespace(), seed=0, cpus=[[0], [1], [2]])
     rollout = RolloutConfig(num_engines=2)
-    with pytest.raises(ValueError, match=r"RolloutGroup ray_options has 3 entries for rollout.num_engines=2"):
-        RolloutGroup(rollout, "unused", ray_options=[{}, {}, {}])
-    with pytest.raises(ValueError, match=r"RolloutGroup cpus has 1 entries for rollout.num_engines=2"):
-        RolloutGroup(rollout, "unused", cpus=[[0]])
+    with pytest.raises(ValueError, match=r"EngineFleet ray_options has 3 entries for rollout.num_engines=2"):
+        EngineFleet(rollout, ["unused"] * rollout.num_engines, ray_options=[{}, {}, {}])
+    with pytest.raises(ValueError, match=r"EngineFleet cpus has 1 entries for rollout.num_engines=2"):
+        EngineFleet(rollout, ["unused"] * rollout.num_engines, cpus=[[0]])

@@ -50,7 +50,7 @@ def _pipeline(batch: int) -> tuple[RolloutPipeline, DataStream, _Source]:
     cfg.pipeline.filter_zero_variance = True
     cfg.data.source, cfg.data.shuffle = "tests.unit.controller.test_rollout_pipeline_filter:numbered_items", False
     data, source = DataStream(cfg.data, batch, seed=0), _Source()
-    return RolloutPipeline(cfg, data, source, rollout=None), data, source
+    return RolloutPipeline(cfg, data, source, engines=None), data, source
 
 
 def test_sync_filtering_trains_only_informative_groups_and_keeps_generating():

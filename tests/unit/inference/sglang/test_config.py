@@ -9,7 +9,7 @@ import pytest
 from loongsage.config.schema import SglangConfig
 from loongsage.inference.sglang.config import EngineSettings, launch_spec
 
-# What RolloutGroup gives every engine, plus rollout.sglang and the engine's seat.
+# What EngineFleet gives every engine, plus rollout.sglang and the engine's seat.
 ENGINE_CFG = {"max_running": 8, "max_context": 512, "num_threads": 2, "dtype": "float32", "weight_version": "0"}
 
 
