@@ -38,7 +38,6 @@ from loongsage.agentflow.router.errors import RouterError
 from loongsage.agentflow.router.export import trajectory_json
 from loongsage.agentflow.router.ids import decode_segment
 from loongsage.agentflow.router.keys import presented_key
-from loongsage.agentflow.router.messages import Message
 from loongsage.agentflow.router.service import Router
 from loongsage.json_input import JsonInputError, read_json
 
@@ -89,13 +88,9 @@ def build_app(router: Router) -> FastAPI:
     async def responses(request: Request, trajectory_id: str | None, attempt: str):
         body = await _json_body(request, router.cfg.max_body_bytes)
         model, call = responses_api.parse_responses_request(body, router.model_names)
-        earlier = router.responses.conversation(trajectory_id, call.previous_response_id) if call.previous_response_id else ()
-        conversation = (*earlier, *call.chat.messages)
-        system = (Message("system", call.instructions),) if call.instructions else ()
-        call.chat.messages = [*system, *conversation]
-        result = await router.complete(trajectory_id, attempt, call.chat)
-        response_id = responses_api.new_response_id()
-        router.responses.keep(trajectory_id, response_id, (*conversation, responses_api.reply_message(result)))
+        threaded = router.responses.thread(trajectory_id, call)
+        result = await router.complete(trajectory_id, attempt, threaded.chat)
+        response_id = router.responses.keep(threaded, result)
         headers = _turn_headers(trajectory_id, result)
         if call.chat.stream:
             stream = "".join(responses_api.response_stream(result, model, call, response_id))
