@@ -30,7 +30,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from loongsage.agentflow.router import anthropic_api, completions_api, openai_api, responses_api
@@ -38,11 +38,11 @@ from loongsage.agentflow.router.errors import RouterError
 from loongsage.agentflow.router.export import trajectory_json
 from loongsage.agentflow.router.ids import decode_segment
 from loongsage.agentflow.router.keys import presented_key
+from loongsage.agentflow.router.replies import reply
 from loongsage.agentflow.router.service import Router
 from loongsage.json_input import JsonInputError, read_json
 
 ANONYMOUS_ATTEMPT = "0"
-SSE_HEADERS = {"cache-control": "no-cache"}
 
 
 def build_app(router: Router) -> FastAPI:
@@ -67,11 +67,13 @@ def build_app(router: Router) -> FastAPI:
     async def chat_completions(request: Request, trajectory_id: str | None, attempt: str):
         model, chat = openai_api.parse_chat_completion(await _json_body(request, router.cfg.max_body_bytes), router.model_names)
         results = await router.complete_choices(trajectory_id, attempt, chat)
-        headers = _turn_headers(trajectory_id, *results)
-        if chat.stream:
-            stream = "".join(openai_api.completion_stream(results, model, chat.include_usage))
-            return Response(stream, media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
-        return JSONResponse(openai_api.completion_json(results, model), headers=headers)
+        return reply(
+            trajectory_id,
+            results,
+            chat.stream,
+            lambda: openai_api.completion_stream(results, model, chat.include_usage),
+            lambda: openai_api.completion_json(results, model),
+        )
 
     async def completions(request: Request, trajectory_id: str | None, attempt: str):
         body = await _json_body(request, router.cfg.max_body_bytes)
@@ -79,11 +81,13 @@ def build_app(router: Router) -> FastAPI:
         per_prompt = await asyncio.gather(*(router.complete_choices(trajectory_id, attempt, one) for one in batch))
         results = [result for choices in per_prompt for result in choices]
         prompts = [one.prompt_text for one in batch]
-        headers = _turn_headers(trajectory_id, *results)
-        if batch[0].stream:
-            stream = "".join(completions_api.completion_stream(results, model, prompts, batch[0].include_usage))
-            return Response(stream, media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
-        return JSONResponse(completions_api.completion_json(results, model, prompts), headers=headers)
+        return reply(
+            trajectory_id,
+            results,
+            batch[0].stream,
+            lambda: completions_api.completion_stream(results, model, prompts, batch[0].include_usage),
+            lambda: completions_api.completion_json(results, model, prompts),
+        )
 
     async def responses(request: Request, trajectory_id: str | None, attempt: str):
         body = await _json_body(request, router.cfg.max_body_bytes)
@@ -91,22 +95,26 @@ def build_app(router: Router) -> FastAPI:
         threaded = router.responses.thread(trajectory_id, call)
         result = await router.complete(trajectory_id, attempt, threaded.chat)
         response_id = router.responses.keep(threaded, result)
-        headers = _turn_headers(trajectory_id, result)
-        if call.chat.stream:
-            stream = "".join(responses_api.response_stream(result, model, call, response_id))
-            return Response(stream, media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
-        return JSONResponse(responses_api.response_json(result, model, call, response_id), headers=headers)
+        return reply(
+            trajectory_id,
+            [result],
+            call.chat.stream,
+            lambda: responses_api.response_stream(result, model, call, response_id),
+            lambda: responses_api.response_json(result, model, call, response_id),
+        )
 
     async def messages(request: Request, trajectory_id: str | None, attempt: str):
         model, chat = anthropic_api.parse_messages_request(
             await _json_body(request, router.cfg.max_body_bytes), router.model_names
         )
         result = await router.complete(trajectory_id, attempt, chat)
-        headers = _turn_headers(trajectory_id, result)
-        if chat.stream:
-            stream = "".join(anthropic_api.message_stream(result, model))
-            return Response(stream, media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
-        return JSONResponse(anthropic_api.message_json(result, model), headers=headers)
+        return reply(
+            trajectory_id,
+            [result],
+            chat.stream,
+            lambda: anthropic_api.message_stream(result, model),
+            lambda: anthropic_api.message_json(result, model),
+        )
 
     @app.post("/{trajectory_id}/{attempt}/v1/chat/completions")
     async def trajectory_chat_completions(request: Request, route: Route):
@@ -219,13 +227,3 @@ async def _json_body(request: Request, limit: int):
         return await read_json(request, limit)
     except JsonInputError as exc:
         raise RouterError(exc.status, exc.message, exc.field) from None
-
-
-def _turn_headers(trajectory_id: str | None, *results) -> dict[str, str]:
-    """Where each reply was recorded, choice by choice (comma-separated when n > 1)."""
-    if trajectory_id is None:
-        return {}
-    return {
-        "x-loongsage-branch": ",".join(str(r.branch) for r in results),
-        "x-loongsage-turn": ",".join(str(r.turn) for r in results),
-    }
