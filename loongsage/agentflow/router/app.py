@@ -12,8 +12,8 @@
     DELETE /trajectories/{id}
     GET  /health, /openapi.json                           no key needed
 
-Anthropic's routes answer under /v1/v1/ too: its client appends /v1/messages to the base URL,
-and users commonly hand it one that already ends in /v1 (as OpenAI clients want).
+The routes under /v1 are one table (model_routes.MODEL_ROUTES), served under a trajectory and
+anonymously; Anthropic's also under /v1/v1/ (see ModelRoute.under_v1_v1), unlisted.
 
 `{trajectory_id}` and `{attempt}` are segments written by `ids.encode_segment` (so any id,
 `/`, `.` and `..` included, survives clients and servers). Every route but /health needs a
@@ -24,26 +24,24 @@ Errors are JSON in the style of the API that was called (Anthropic's under /mess
 
 from __future__ import annotations
 
-import asyncio
 import time
 from contextlib import asynccontextmanager
 from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from loongsage.agentflow.router import anthropic_api, completions_api, openai_api, responses_api
+from loongsage.agentflow.router import anthropic_api, openai_api
 from loongsage.agentflow.router.errors import RouterError
 from loongsage.agentflow.router.export import trajectory_json
 from loongsage.agentflow.router.ids import decode_segment
 from loongsage.agentflow.router.keys import presented_key
-from loongsage.agentflow.router.messages import Message
+from loongsage.agentflow.router.model_routes import MODEL_ROUTES, Handler
 from loongsage.agentflow.router.service import Router
-from loongsage.json_input import JsonInputError, read_json
 
+TRAJECTORY_PREFIX = "/{trajectory_id}/{attempt}"
 ANONYMOUS_ATTEMPT = "0"
-SSE_HEADERS = {"cache-control": "no-cache"}
 
 
 def build_app(router: Router) -> FastAPI:
@@ -54,7 +52,7 @@ def build_app(router: Router) -> FastAPI:
 
     app = FastAPI(title="LoongSage router", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.router = router
-    started = int(time.time())
+    app.state.started = int(time.time())
     authorized = [Depends(_admin_check)]
 
     @app.exception_handler(RouterError)
@@ -65,111 +63,25 @@ def build_app(router: Router) -> FastAPI:
     async def http_error(request: Request, exc: HTTPException):
         return error_response(request, RouterError(exc.status_code, f"{exc.detail}: {request.method} {request.url.path}"))
 
-    async def chat_completions(request: Request, trajectory_id: str | None, attempt: str):
-        model, chat = openai_api.parse_chat_completion(await _json_body(request, router.cfg.max_body_bytes), router.model_names)
-        results = await router.complete_choices(trajectory_id, attempt, chat)
-        headers = _turn_headers(trajectory_id, *results)
-        if chat.stream:
-            stream = "".join(openai_api.completion_stream(results, model, chat.include_usage))
-            return Response(stream, media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
-        return JSONResponse(openai_api.completion_json(results, model), headers=headers)
-
-    async def completions(request: Request, trajectory_id: str | None, attempt: str):
-        body = await _json_body(request, router.cfg.max_body_bytes)
-        model, batch = completions_api.parse_completion(body, router.model_names)
-        per_prompt = await asyncio.gather(*(router.complete_choices(trajectory_id, attempt, one) for one in batch))
-        results = [result for choices in per_prompt for result in choices]
-        prompts = [one.prompt_text for one in batch]
-        headers = _turn_headers(trajectory_id, *results)
-        if batch[0].stream:
-            stream = "".join(completions_api.completion_stream(results, model, prompts, batch[0].include_usage))
-            return Response(stream, media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
-        return JSONResponse(completions_api.completion_json(results, model, prompts), headers=headers)
-
-    async def responses(request: Request, trajectory_id: str | None, attempt: str):
-        body = await _json_body(request, router.cfg.max_body_bytes)
-        model, call = responses_api.parse_responses_request(body, router.model_names)
-        earlier = router.responses.conversation(trajectory_id, call.previous_response_id) if call.previous_response_id else ()
-        conversation = (*earlier, *call.chat.messages)
-        system = (Message("system", call.instructions),) if call.instructions else ()
-        call.chat.messages = [*system, *conversation]
-        result = await router.complete(trajectory_id, attempt, call.chat)
-        response_id = responses_api.new_response_id()
-        router.responses.keep(trajectory_id, response_id, (*conversation, responses_api.reply_message(result)))
-        headers = _turn_headers(trajectory_id, result)
-        if call.chat.stream:
-            stream = "".join(responses_api.response_stream(result, model, call, response_id))
-            return Response(stream, media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
-        return JSONResponse(responses_api.response_json(result, model, call, response_id), headers=headers)
-
-    async def messages(request: Request, trajectory_id: str | None, attempt: str):
-        model, chat = anthropic_api.parse_messages_request(
-            await _json_body(request, router.cfg.max_body_bytes), router.model_names
-        )
-        result = await router.complete(trajectory_id, attempt, chat)
-        headers = _turn_headers(trajectory_id, result)
-        if chat.stream:
-            stream = "".join(anthropic_api.message_stream(result, model))
-            return Response(stream, media_type="text/event-stream", headers={**SSE_HEADERS, **headers})
-        return JSONResponse(anthropic_api.message_json(result, model), headers=headers)
-
-    @app.post("/{trajectory_id}/{attempt}/v1/chat/completions")
-    async def trajectory_chat_completions(request: Request, route: Route):
-        return await chat_completions(request, *route)
-
-    @app.post("/v1/chat/completions", dependencies=authorized)
-    async def anonymous_chat_completions(request: Request):
-        return await chat_completions(request, None, ANONYMOUS_ATTEMPT)
-
-    @app.post("/{trajectory_id}/{attempt}/v1/completions")
-    async def trajectory_completions(request: Request, route: Route):
-        return await completions(request, *route)
-
-    @app.post("/v1/completions", dependencies=authorized)
-    async def anonymous_completions(request: Request):
-        return await completions(request, None, ANONYMOUS_ATTEMPT)
-
-    @app.post("/{trajectory_id}/{attempt}/v1/responses")
-    async def trajectory_responses(request: Request, route: Route):
-        return await responses(request, *route)
-
-    @app.post("/v1/responses", dependencies=authorized)
-    async def anonymous_responses(request: Request):
-        return await responses(request, None, ANONYMOUS_ATTEMPT)
-
-    async def count_tokens(request: Request, trajectory_id: str | None, attempt: str):
-        body = await _json_body(request, router.cfg.max_body_bytes)
-        # max_tokens is required by /messages, not by count_tokens
-        counted = {**body, "max_tokens": 1} if isinstance(body, dict) else body
-        _, chat = anthropic_api.parse_messages_request(counted, router.model_names)
-        return {"input_tokens": router.count_prompt_tokens(trajectory_id, attempt, chat)}
-
-    for prefix in ("/v1", "/v1/v1"):
-        alias = prefix != "/v1"
-
-        @app.post("/{trajectory_id}/{attempt}" + prefix + "/messages", include_in_schema=not alias)
-        async def trajectory_messages(request: Request, route: Route):
-            return await messages(request, *route)
-
-        @app.post(prefix + "/messages", dependencies=authorized, include_in_schema=not alias)
-        async def anonymous_messages(request: Request):
-            return await messages(request, None, ANONYMOUS_ATTEMPT)
-
-        @app.post("/{trajectory_id}/{attempt}" + prefix + "/messages/count_tokens", include_in_schema=not alias)
-        async def trajectory_count_tokens(request: Request, route: Route):
-            return await count_tokens(request, *route)
-
-        @app.post(prefix + "/messages/count_tokens", dependencies=authorized, include_in_schema=not alias)
-        async def anonymous_count_tokens(request: Request):
-            return await count_tokens(request, None, ANONYMOUS_ATTEMPT)
-
-    @app.get("/{trajectory_id}/{attempt}/v1/models")
-    async def trajectory_models(_: Route):
-        return openai_api.models_json(router.model_names, started)
-
-    @app.get("/v1/models", dependencies=authorized)
-    async def models():
-        return openai_api.models_json(router.model_names, started)
+    for route in MODEL_ROUTES:
+        for base in ("/v1", "/v1/v1") if route.under_v1_v1 else ("/v1",):
+            listed = base == "/v1"  # /v1/v1 is an alias for misconfigured clients, not an API of its own
+            name = route.handler.__name__
+            app.add_api_route(
+                TRAJECTORY_PREFIX + base + route.path,
+                _under_trajectory(route.handler),
+                methods=[route.method],
+                name=f"trajectory_{name}",
+                include_in_schema=listed,
+            )
+            app.add_api_route(
+                base + route.path,
+                _anonymous(route.handler),
+                methods=[route.method],
+                name=f"anonymous_{name}",
+                dependencies=authorized,
+                include_in_schema=listed,
+            )
 
     @app.get("/trajectories", dependencies=authorized, include_in_schema=False)
     async def trajectory_ids():
@@ -203,6 +115,20 @@ def error_response(request: Request, error: RouterError) -> JSONResponse:
     return JSONResponse(body, status_code=error.status)
 
 
+def _under_trajectory(handler: Handler):
+    async def endpoint(request: Request, route: Route):
+        return await handler(request, *route)
+
+    return endpoint
+
+
+def _anonymous(handler: Handler):
+    async def endpoint(request: Request):
+        return await handler(request, None, ANONYMOUS_ATTEMPT)
+
+    return endpoint
+
+
 async def _admin_check(request: Request) -> None:
     request.app.state.router.keys.check(presented_key(request.headers))
 
@@ -217,20 +143,3 @@ async def _trajectory_route(request: Request, trajectory_id: str, attempt: str) 
 
 
 Route = Annotated[tuple[str, str], Depends(_trajectory_route)]
-
-
-async def _json_body(request: Request, limit: int):
-    try:
-        return await read_json(request, limit)
-    except JsonInputError as exc:
-        raise RouterError(exc.status, exc.message, exc.field) from None
-
-
-def _turn_headers(trajectory_id: str | None, *results) -> dict[str, str]:
-    """Where each reply was recorded, choice by choice (comma-separated when n > 1)."""
-    if trajectory_id is None:
-        return {}
-    return {
-        "x-loongsage-branch": ",".join(str(r.branch) for r in results),
-        "x-loongsage-turn": ",".join(str(r.turn) for r in results),
-    }

@@ -30,7 +30,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from loongsage.agentflow.router.errors import bad_request
@@ -64,8 +64,9 @@ TEXT_LOGPROBS = "message.output_text.logprobs"  # the `include` entry that asks 
 
 @dataclass
 class ResponsesCall:
-    """A parsed /v1/responses request: the chat request to answer (previous turns not yet
-    prepended), the response it continues, and what the response object echoes back."""
+    """A parsed /v1/responses request: its own input as a chat request (ResponseHistory.thread
+    puts the instructions and the earlier turns before it), the response it continues, and what
+    the response object echoes back."""
 
     chat: ChatRequest
     previous_response_id: str | None
@@ -201,6 +202,15 @@ def _tool(raw: Any, path: str) -> dict:
 # ---- history -------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class ThreadedCall:
+    """A Responses call threaded onto the conversation it continues."""
+
+    trajectory_id: str | None
+    conversation: tuple[Message, ...]  # the earlier turns, then this call's input; no instructions
+    chat: ChatRequest  # what to answer: the instructions, then the conversation
+
+
 class ResponseHistory:
     """The conversation behind each response the router gave (its input without instructions,
     and its output), by (trajectory, response id), so `previous_response_id` can continue it.
@@ -211,7 +221,22 @@ class ResponseHistory:
         self.limit = limit
         self._kept: OrderedDict[tuple[str | None, str], tuple[Message, ...]] = OrderedDict()
 
-    def conversation(self, trajectory_id: str | None, response_id: str) -> tuple[Message, ...]:
+    def thread(self, trajectory_id: str | None, call: ResponsesCall) -> ThreadedCall:
+        """`call` after the conversation it continues; a 400 when that one is not kept."""
+        earlier = self._conversation(trajectory_id, call.previous_response_id) if call.previous_response_id else ()
+        conversation = (*earlier, *call.chat.messages)
+        system = (Message("system", call.instructions),) if call.instructions else ()
+        return ThreadedCall(trajectory_id, conversation, replace(call.chat, messages=[*system, *conversation]))
+
+    def keep(self, threaded: ThreadedCall, result: TurnResult) -> str:
+        """Remembers the conversation with its reply under a new response id, and returns that id."""
+        response_id = "resp_" + uuid.uuid4().hex
+        self._kept[(threaded.trajectory_id, response_id)] = (*threaded.conversation, _reply_message(result))
+        while len(self._kept) > self.limit:
+            self._kept.popitem(last=False)
+        return response_id
+
+    def _conversation(self, trajectory_id: str | None, response_id: str) -> tuple[Message, ...]:
         kept = self._kept.get((trajectory_id, response_id))
         if kept is None:
             raise bad_request(
@@ -221,22 +246,13 @@ class ResponseHistory:
             )
         return kept
 
-    def keep(self, trajectory_id: str | None, response_id: str, messages: tuple[Message, ...]) -> None:
-        self._kept[(trajectory_id, response_id)] = messages
-        while len(self._kept) > self.limit:
-            self._kept.popitem(last=False)
 
-
-def reply_message(result: TurnResult) -> Message:
+def _reply_message(result: TurnResult) -> Message:
     """The assistant's reply as the conversation carries it on."""
     return Message("assistant", result.content, tuple(result.tool_calls))
 
 
 # ---- responses ---------------------------------------------------------------------------
-
-
-def new_response_id() -> str:
-    return "resp_" + uuid.uuid4().hex
 
 
 def response_json(result: TurnResult, model: str, call: ResponsesCall, response_id: str) -> dict:
