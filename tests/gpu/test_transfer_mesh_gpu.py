@@ -23,7 +23,7 @@ from loongsage.inference.embedded.weights import read_safetensors
 from loongsage.transfer import push_weights
 from loongsage.transfer.mesh import SOURCE, execute_plan
 from loongsage.transfer.routes import Endpoint, Plan, Route
-from tests.integration.engine_support import running_engine
+from tests.integration.inference.embedded.engine_support import running_engine
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 

@@ -44,7 +44,7 @@ def _run(cfg: Config, rollout: RolloutGroup, model_path: str, steps: int, hold: 
     what it interrupts is never trained. Returns the batches, the pipeline's buffer and how many
     updates were held so."""
     data = DataStream(cfg.data, cfg.rollout.prompts_per_step, seed=0)
-    source = CompletionRolloutSource(rollout, RewardPool("tests.integration.toy_rewards:digit_fraction", 1), 0)
+    source = CompletionRolloutSource(rollout, RewardPool("tests.toy_rewards:digit_fraction", 1), 0)
     version = int(rollout.clients[0].get_weight_version())
     pipeline = RolloutPipeline(cfg, data, source, rollout)
     batches, held = [], 0

@@ -9,7 +9,7 @@ from loongsage.sample import Sample
 
 
 def test_crashing_reward_scores_zero_and_is_counted(ray_runtime):
-    pool = RewardPool("tests.integration.toy_rewards:explode_on_sevens", num_workers=2)
+    pool = RewardPool("tests.toy_rewards:explode_on_sevens", num_workers=2)
     samples = [Sample(prompt_ids=[1], response_text=text) for text in ("12", "17", "3", "77")]
     failures = pool.score({"id": "a", "prompt": "?", "label": "x"}, samples)
     assert failures == 2

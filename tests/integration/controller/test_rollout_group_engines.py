@@ -11,7 +11,7 @@ import pytest
 from loongsage.config import RolloutConfig
 from loongsage.controller.rollout import EngineSeats, RolloutGroup
 from loongsage.inference.client import EngineClient
-from tests.integration.engine_support import WAIT_S
+from tests.integration.inference.embedded.engine_support import WAIT_S
 
 PROMPT = [1, 504, 3458, 314, 253, 1345, 30, 198]
 MAX_CONTEXT = 1024

@@ -21,7 +21,7 @@ SMOKE = [
     "rollout.max_new_tokens=16",
     "trainer.micro_batch_size=4",
     "trainer.lr=1e-3",
-    "data.reward=tests.integration.toy_rewards:digit_fraction",
+    "data.reward=tests.toy_rewards:digit_fraction",
     "trainer.weight_sync=mesh",
 ]
 TAGS = [

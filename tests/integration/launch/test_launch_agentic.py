@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from tests.integration.test_launch import launch, scalars
+from tests.integration.launch.test_launch import launch, scalars
 
 TINY = ["model=tiny", "run.steps=2", "rollout.prompts_per_step=1", "rollout.group_size=2", "trainer.lr=1e-3"]
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.integration.test_launch import launch, scalars
+from tests.integration.launch.test_launch import launch, scalars
 
 TINY = [
     "recipe=math_grpo",
@@ -17,7 +17,7 @@ TINY = [
     "rollout.max_new_tokens=16",
     "trainer.micro_batch_size=4",
     "trainer.lr=1e-3",
-    "data.reward=tests.integration.toy_rewards:e_fraction",
+    "data.reward=tests.toy_rewards:e_fraction",
     "run.steps=3",
 ]
 ASYNC_TAGS = [

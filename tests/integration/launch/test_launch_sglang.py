@@ -14,8 +14,8 @@ import threading
 import time
 from pathlib import Path
 
-from tests.integration.test_launch import launch, scalars
-from tests.integration.test_launch_async import TINY
+from tests.integration.launch.test_launch import launch, scalars
+from tests.integration.launch.test_launch_async import TINY
 
 EMBEDDED_COMMAND = f"rollout.sglang.command=[{sys.executable},-m,loongsage.inference.embedded]"
 KILLS = 2

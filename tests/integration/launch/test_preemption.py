@@ -11,8 +11,8 @@ import subprocess
 import sys
 import time
 
-from tests.integration.test_launch import launch, scalars
-from tests.integration.test_launch_async import _checkpoint, _items_at, _stream_items, _trained_items
+from tests.integration.launch.test_launch import launch, scalars
+from tests.integration.launch.test_launch_async import _checkpoint, _items_at, _stream_items, _trained_items
 from tests.paths import REPO_ROOT
 
 # 4 prompts x 4 samples, each scored after 0.25 s: the rollout phase of a step takes ~4 s.
@@ -24,7 +24,7 @@ SLOW = [
     "rollout.max_new_tokens=16",
     "trainer.micro_batch_size=4",
     "trainer.lr=1e-3",
-    "data.reward=tests.integration.toy_rewards:slow_e_fraction",
+    "data.reward=tests.toy_rewards:slow_e_fraction",
     "logging.rollouts_per_step=16",
     "run.save_every=100",
     "run.steps=5",

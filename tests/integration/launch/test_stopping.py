@@ -32,7 +32,7 @@ SLOW = [
     "rollout.max_new_tokens=16",
     "trainer.micro_batch_size=4",
     "trainer.lr=1e-3",
-    "data.reward=tests.integration.toy_rewards:slow_e_fraction",
+    "data.reward=tests.toy_rewards:slow_e_fraction",
     "run.save_every=100",
     "run.steps=4",
 ]
@@ -233,7 +233,7 @@ def test_ctrl_c_while_training_or_syncing_abandons_the_step_unsaved(phase, ray_r
 
     cfg = compose_config(
         *SLOW[:-2],
-        "data.reward=tests.integration.toy_rewards:e_fraction",
+        "data.reward=tests.toy_rewards:e_fraction",
         "run.save_every=1",
         "run.steps=5",
         f"run.dir={tmp_path}",

@@ -19,10 +19,10 @@ from loongsage.teachers.store import STORE, TeacherStore
 from loongsage.transfer.planner import plan_routes
 from loongsage.transfer.routes import Endpoint
 from loongsage.transfer.topology_model import TopologyModel
-from tests.integration.embedded_cli_support import engine_process
-from tests.integration.engine_support import running_engine
-from tests.integration.teacher_support import perturbed_model
-from tests.integration.test_engine_memory import llama_dir  # noqa: F401 - a fixture, see big_model
+from tests.integration.inference.embedded.embedded_cli_support import engine_process
+from tests.integration.inference.embedded.engine_support import running_engine
+from tests.integration.inference.embedded.test_engine_memory import llama_dir  # noqa: F401 - a fixture, see big_model
+from tests.integration.teachers.teacher_support import perturbed_model
 
 NAMES = ("math", "code", "chat")
 

@@ -10,7 +10,7 @@ import pytest
 import ray
 
 from loongsage.training import TrainerError, TrainGroup, group
-from tests.integration.shard_recorder import ShardRecorder
+from tests.integration.training.shard_recorder import ShardRecorder
 from tests.samples import random_samples
 
 

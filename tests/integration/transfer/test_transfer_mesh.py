@@ -20,8 +20,7 @@ from loongsage.transfer import PushFailed, push_weights
 from loongsage.transfer.mesh import SOURCE, execute_plan
 from loongsage.transfer.relay import Relay, RelayServer
 from loongsage.transfer.routes import Endpoint, Plan, Route
-
-from .engine_support import running_engine
+from tests.integration.inference.embedded.engine_support import running_engine
 
 SMALL_BUCKETS = 64 * 1024  # several buckets for the tiny model, so a push can fail in the middle
 

@@ -13,8 +13,7 @@ import torch
 from loongsage.inference.client import EngineClient
 from loongsage.inference.embedded.weights import read_safetensors
 from loongsage.transfer import push_weights
-
-from .engine_support import running_engine
+from tests.integration.inference.embedded.engine_support import running_engine
 
 BUCKET_BYTES = 96 * 1024  # several buckets, so pipelining and the versioned last bucket both happen
 

@@ -17,7 +17,7 @@ from loongsage.sample import Sample
 from loongsage.training.group import TrainGroup
 from loongsage.transfer.mesh import source_name
 from loongsage.transfer.routes import Endpoint, Plan, Route
-from tests.integration.test_weight_sync import PROMPT, RESPONSE, engine_logprobs, k3
+from tests.integration.transfer.test_weight_sync import PROMPT, RESPONSE, engine_logprobs, k3
 
 SAMPLE = Sample(prompt_ids=PROMPT, response_ids=RESPONSE, loss_mask=[1] * len(RESPONSE))
 

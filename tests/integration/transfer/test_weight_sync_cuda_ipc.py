@@ -20,7 +20,7 @@ from loongsage.inference.embedded.weights import read_safetensors
 from loongsage.transfer import push_weights
 from loongsage.transfer.ipc_bucket import shared_bucket
 from loongsage.transfer.session import update_sessions
-from tests.integration.embedded_cli_support import engine_process
+from tests.integration.inference.embedded.embedded_cli_support import engine_process
 
 PROMPT = [1, 504, 3458, 314, 253, 1345, 30, 198]
 

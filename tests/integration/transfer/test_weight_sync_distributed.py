@@ -16,8 +16,7 @@ from loongsage.inference.embedded.weights import read_safetensors
 from loongsage.sample import Sample
 from loongsage.training.group import TrainGroup
 from loongsage.transfer import PushFailed, iter_buckets, push_weights
-
-from .engine_support import running_engine
+from tests.integration.inference.embedded.engine_support import running_engine
 
 PROMPTS = [[1, 504, 3458, 314, 216, 28, 1000, 17], [1, 77, 9, 4000, 12]]
 BUCKET_BYTES = 2**20  # several buckets for the tiny model (~13 MB): the per-bucket calls repeat

@@ -18,7 +18,7 @@ from loongsage.inference.embedded.engine import Engine
 from loongsage.inference.embedded.server import EmbeddedServer
 from loongsage.models import load_tokenizer
 from loongsage.tasks.swe.source import swe_synth
-from tests.integration.router_support import RecordingProxy, ScriptedEngine, start_router
+from tests.integration.agentflow.router_support import RecordingProxy, ScriptedEngine, start_router
 
 REPO = {
     "calc.py": "def add(a, b):\n    return a - b\n",

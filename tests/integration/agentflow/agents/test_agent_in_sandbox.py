@@ -12,7 +12,7 @@ from loongsage.agentflow.agents import AgentTask, Endpoint, build_agent
 from loongsage.agentflow.agents.router_bridge import SANDBOX_PORT, SOCKET_DIR
 from loongsage.agentflow.sandbox import available_backends, create_sandbox
 from loongsage.models import load_tokenizer
-from tests.integration.router_support import ScriptedEngine, start_router
+from tests.integration.agentflow.router_support import ScriptedEngine, start_router
 
 # The agent: stdlib only (the sandbox sees the framework's Python, not necessarily its package).
 AGENT = """

@@ -17,7 +17,7 @@ from loongsage.agentflow.router import to_samples
 from loongsage.agentflow.sandbox import SandboxLimits, available_backends, create_sandbox
 from loongsage.models import load_tokenizer
 from loongsage.tasks.swe.source import swe_synth
-from tests.integration.router_support import ScriptedEngine, start_router
+from tests.integration.agentflow.router_support import ScriptedEngine, start_router
 
 pytestmark = pytest.mark.skipif(shutil.which("opencode") is None, reason="OpenCode is not installed (npm install -g opencode-ai)")
 

@@ -12,7 +12,7 @@ from loongsage.agentflow.agents import AgentTask, Endpoint, build_agent
 from loongsage.agentflow.agents.tool_agent import DEFAULT_SYSTEM_PROMPT, ToolAgent
 from loongsage.agentflow.router import SamplingDefaults
 from loongsage.models import load_tokenizer
-from tests.integration.router_support import ScriptedEngine, start_router
+from tests.integration.agentflow.router_support import ScriptedEngine, start_router
 
 RUN = SamplingDefaults(temperature=0.7, top_p=0.9, top_k=20, max_new_tokens=7)
 SYSTEM = "Answer in one word."

@@ -12,7 +12,7 @@ from loongsage.agentflow.router import to_samples
 from loongsage.agentflow.sandbox import create_sandbox
 from loongsage.models import load_tokenizer
 from loongsage.tasks.swe.source import swe_synth
-from tests.integration.router_support import ScriptedEngine, start_router
+from tests.integration.agentflow.router_support import ScriptedEngine, start_router
 
 OPTIONS = {"tools": ["str_replace"], "max_turns": 3, "max_tokens": 96}
 SYSTEM = "Fix the bug."  # data.system_prompt, handed to the agent with each task

@@ -8,7 +8,7 @@ import anthropic
 import pytest
 
 from loongsage.models import load_tokenizer
-from tests.integration.router_support import ScriptedEngine, auth, get_trajectory, http, start_router
+from tests.integration.agentflow.router_support import ScriptedEngine, auth, get_trajectory, http, start_router
 
 WEATHER_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 TOOLS = [

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from loongsage.models import load_tokenizer
-from tests.integration.router_support import EOS, auth, get_trajectory, http, recorded_embedded_engine, start_router
+from tests.integration.agentflow.router_support import EOS, auth, get_trajectory, http, recorded_embedded_engine, start_router
 
 VERSION = 5
 QUESTION = [{"role": "user", "content": "Name a colour."}]

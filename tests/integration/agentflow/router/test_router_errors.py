@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from loongsage.models import load_tokenizer
-from tests.integration.router_support import ScriptedEngine, auth, start_router
+from tests.integration.agentflow.router_support import ScriptedEngine, auth, start_router
 
 MAX_BODY = 4096
 MAX_CONTEXT = 64

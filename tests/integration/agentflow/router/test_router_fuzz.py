@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from loongsage.models import load_tokenizer
-from tests.integration.engine_support import running_engine
-from tests.integration.router_support import start_router
+from tests.integration.agentflow.router_support import start_router
+from tests.integration.inference.embedded.engine_support import running_engine
 
 EXAMPLES = int(os.environ.get("LOONGSAGE_FUZZ_EXAMPLES", "150"))  # per test
 FUZZ = settings(

@@ -8,7 +8,7 @@ import openai
 import pytest
 
 from loongsage.models import load_tokenizer
-from tests.integration.router_support import ScriptedEngine, auth, http, start_router
+from tests.integration.agentflow.router_support import ScriptedEngine, auth, http, start_router
 
 IDS = [
     "owner/repo#12",

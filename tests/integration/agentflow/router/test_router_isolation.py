@@ -13,8 +13,8 @@ import pytest
 
 from loongsage.inference.client import EngineClient, EngineError
 from loongsage.models import load_tokenizer
-from tests.integration.engine_support import running_engine
-from tests.integration.router_support import ScriptedEngine, get_trajectory, start_router
+from tests.integration.agentflow.router_support import ScriptedEngine, get_trajectory, start_router
+from tests.integration.inference.embedded.engine_support import running_engine
 
 
 @pytest.fixture(scope="module")

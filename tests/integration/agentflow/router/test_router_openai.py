@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from loongsage.models import load_tokenizer
-from tests.integration.router_support import EOS, auth, get_trajectory, recorded_embedded_engine, start_router
+from tests.integration.agentflow.router_support import EOS, auth, get_trajectory, recorded_embedded_engine, start_router
 
 VERSION = 4
 TOOLS = [

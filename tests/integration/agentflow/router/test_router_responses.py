@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from loongsage.models import load_tokenizer
-from tests.integration.router_support import ScriptedEngine, get_trajectory, start_router
+from tests.integration.agentflow.router_support import ScriptedEngine, get_trajectory, start_router
 
 WEATHER_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 TOOLS = [

@@ -11,7 +11,7 @@ from loongsage.agentflow.router import SamplingDefaults
 from loongsage.inference.embedded.engine import Engine
 from loongsage.inference.embedded.server import EmbeddedServer
 from loongsage.models import load_tokenizer
-from tests.integration.router_support import RecordingProxy, ScriptedEngine, http, start_router
+from tests.integration.agentflow.router_support import RecordingProxy, ScriptedEngine, http, start_router
 
 RUN = SamplingDefaults(temperature=0.7, top_p=0.9, top_k=20, max_new_tokens=7)
 MESSAGES = [{"role": "user", "content": "Say hi"}]

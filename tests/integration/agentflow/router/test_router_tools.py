@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from loongsage.models import load_tokenizer
-from tests.integration.router_support import EOS, ScriptedEngine, get_trajectory, start_router
+from tests.integration.agentflow.router_support import EOS, ScriptedEngine, get_trajectory, start_router
 
 HAVING_IN_ODD_PIECES = [56, 12052, 4728]  # "H" + "AV" + "ING"; the text re-tokenizes as "HA" + "V" + "ING"
 WEATHER_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from loongsage.models import load_tokenizer
-from tests.integration.router_support import ScriptedEngine, auth, http, start_router
+from tests.integration.agentflow.router_support import ScriptedEngine, auth, http, start_router
 
 LONG_INT = "9" * 5000  # past Python's 4300-digit limit on int(str)
 LONE = "\\ud800"  # a lone UTF-16 surrogate, as JSON escapes it

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from loongsage.agentflow.sandbox import SandboxError, SandboxLimits, create_sandbox
-from tests.integration.sandbox_support import backend_params, processes_of_uid, processes_running, wait_until
+from tests.integration.agentflow.sandbox.sandbox_support import backend_params, processes_of_uid, processes_running, wait_until
 
 LIMITS = SandboxLimits(timeout_s=20, cpu_s=2, memory_mb=512, max_processes=32, max_file_mb=2, max_output_bytes=1000)
 

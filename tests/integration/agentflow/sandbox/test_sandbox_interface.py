@@ -16,7 +16,7 @@ from loongsage.agentflow.sandbox import (
     create_sandbox,
 )
 from loongsage.agentflow.sandbox.local import LocalSandbox
-from tests.integration.sandbox_support import backend_params
+from tests.integration.agentflow.sandbox.sandbox_support import backend_params
 
 SNAPSHOT = {
     "README.md": "# demo\n",

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from loongsage.inference.client import EngineClient
-from tests.integration.embedded_cli_support import engine_process
+from tests.integration.inference.embedded.embedded_cli_support import engine_process
 
 PROMPT = [1, 504, 3458, 314, 253, 1345, 30, 198]
 

@@ -23,8 +23,7 @@ from loongsage.inference.client import EngineClient, EngineError
 from loongsage.inference.embedded.weights import read_safetensors
 from loongsage.transfer.process_group import WeightUpdateGroup
 from loongsage.transfer.transports import pack_inline
-
-from .engine_support import WAIT_S, running_engine
+from tests.integration.inference.embedded.engine_support import WAIT_S, running_engine
 
 torch.set_num_threads(1)
 PROMPT = [1, 504, 3458, 314, 253, 1345, 30, 198]

@@ -16,7 +16,7 @@ from loongsage.inference.client import EngineClient, EngineError
 from loongsage.inference.embedded import server as engine_server
 from loongsage.inference.embedded.request import Sequence
 from loongsage.inference.embedded.sampling import SamplingParams
-from tests.integration.engine_support import running_engine, wait_until_queued
+from tests.integration.inference.embedded.engine_support import running_engine, wait_until_queued
 
 torch.set_num_threads(1)
 PROMPT = [1, 504, 3458, 314, 253, 1345, 30, 198]

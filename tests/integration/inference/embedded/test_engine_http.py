@@ -12,7 +12,7 @@ import torch
 from loongsage.inference.client import EngineClient, EngineError
 from loongsage.transfer.session import update_sessions
 from loongsage.transfer.transports import pack_inline
-from tests.integration.engine_support import WAIT_S, running_engine, wait_until_queued
+from tests.integration.inference.embedded.engine_support import WAIT_S, running_engine, wait_until_queued
 
 torch.set_num_threads(1)
 PROMPT = [1, 504, 3458, 314, 253, 1345, 30, 198]

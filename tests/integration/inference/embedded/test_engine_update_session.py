@@ -13,8 +13,7 @@ from loongsage.inference.client import EngineClient, EngineError
 from loongsage.transfer import push_weights
 from loongsage.transfer.session import update_sessions
 from loongsage.transfer.transports import pack_inline
-
-from .engine_support import running_engine
+from tests.integration.inference.embedded.engine_support import running_engine
 
 NORM = "model.norm.weight"
 

@@ -17,8 +17,7 @@ import torch
 from loongsage.inference.client import EngineClient, EngineError
 from loongsage.transfer.process_group import WeightUpdateGroup
 from loongsage.transfer.session import update_sessions
-
-from .engine_support import running_engine
+from tests.integration.inference.embedded.engine_support import running_engine
 
 NORM = "model.norm.weight"  # a small parameter: one broadcast of hidden_size floats
 EMBED = "model.embed_tokens.weight"

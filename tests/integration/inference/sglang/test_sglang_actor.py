@@ -20,8 +20,8 @@ from loongsage.inference.client import EngineClient, EngineError
 from loongsage.inference.embedded.weights import read_safetensors
 from loongsage.inference.engines import engine_actor
 from loongsage.transfer import push_weights
-from tests.integration.test_engine_memory import _rss_bytes, llama_dir  # noqa: F401 - a fixture, see big_model
-from tests.integration.test_weight_sync_distributed import BUCKET_BYTES, greedy
+from tests.integration.inference.embedded.test_engine_memory import _rss_bytes, llama_dir  # noqa: F401 - a fixture, see big_model
+from tests.integration.transfer.test_weight_sync_distributed import BUCKET_BYTES, greedy
 from tests.unit.inference.sglang.test_process import STANDIN, group_members, running
 
 EMBEDDED = [sys.executable, "-m", "loongsage.inference.embedded"]

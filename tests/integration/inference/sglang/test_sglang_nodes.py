@@ -16,7 +16,7 @@ import ray
 
 from loongsage.inference.client import EngineClient
 from loongsage.inference.engines import engine_actor
-from tests.integration.test_sglang_actor import _gone, _status_when
+from tests.integration.inference.sglang.test_sglang_actor import _gone, _status_when
 
 EMBEDDED = [sys.executable, "-m", "loongsage.inference.embedded"]
 STARTUP_TIMEOUT_S = 180.0

@@ -14,7 +14,7 @@ import pytest
 from loongsage.agentflow.sandbox import backend_name
 from loongsage.tasks.swe.preflight import PreflightError, sandbox_preflight
 from loongsage.tasks.swe.suite import build_suite, suite_jsonl
-from tests.integration.sandbox_support import NO_PYTHON, no_python_backends
+from tests.integration.agentflow.sandbox.sandbox_support import NO_PYTHON, no_python_backends
 
 
 def assert_names_the_fix(message: str, choose: str) -> None:
@@ -83,7 +83,7 @@ def test_check_command_reports_the_preflight_that_passed(tmp_path):
 
 
 def test_a_run_refuses_to_start_on_a_backend_that_cannot_run_python(tmp_path):
-    from tests.integration.test_launch import launch
+    from tests.integration.launch.test_launch import launch
 
     result = launch(
         "recipe=agentic_swe", "model=tiny", "run.steps=1", f"agent.sandbox={NO_PYTHON}", f"run.dir={tmp_path}", timeout=600

@@ -8,7 +8,7 @@ from loongsage.tasks.swe.grading import PatchRejected, check, grade, run_with_pa
 from loongsage.tasks.swe.reward import score_patch
 from loongsage.tasks.swe.suite import build_suite
 from loongsage.tasks.swe.suite.spec import unified_diff
-from tests.integration.sandbox_support import NO_PYTHON, no_python_backends
+from tests.integration.agentflow.sandbox.sandbox_support import NO_PYTHON, no_python_backends
 
 TASKS = {task.instance_id: task for task in build_suite()}
 MEAN = TASKS["numutil__mean-divisor"]  # F2P: test_mean, test_mean_of_one_value

@@ -7,7 +7,12 @@ import pytest
 import torch
 
 from loongsage.models.safetensors_io import SafetensorsReader
-from tests.integration.megatron_ranks import pipeline_parallel_program, run_ranks, tensor_parallel_program, token_ids
+from tests.integration.training.megatron.megatron_ranks import (
+    pipeline_parallel_program,
+    run_ranks,
+    tensor_parallel_program,
+    token_ids,
+)
 from tests.unit.training.megatron.hf_models import save_random_hf_model
 
 

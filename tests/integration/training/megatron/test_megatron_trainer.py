@@ -12,7 +12,7 @@ import torch
 
 from loongsage.config.schema import AlgorithmConfig, MegatronConfig, TrainerConfig
 from loongsage.sample import Sample
-from tests.integration.megatron_workers import hf_gradients, run_ranks
+from tests.integration.training.megatron.megatron_workers import hf_gradients, run_ranks
 from tests.samples import random_samples
 
 SAMPLES = random_samples(8, seed=3, partial_mask=True)
