@@ -13,7 +13,7 @@ import pytest
 
 from tests.paths import REPO_ROOT
 
-SMOKE = [
+TINY_RUN = [  # the tiny math run each launch test sets out from
     "recipe=math_grpo",
     "model=tiny",
     "rollout.prompts_per_step=4",
@@ -21,6 +21,9 @@ SMOKE = [
     "rollout.max_new_tokens=16",
     "trainer.micro_batch_size=4",
     "trainer.lr=1e-3",
+]
+SMOKE = [
+    *TINY_RUN,
     "data.reward=tests.toy_rewards:digit_fraction",
     "trainer.weight_sync=mesh",
 ]

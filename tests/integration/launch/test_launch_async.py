@@ -7,16 +7,10 @@ import json
 
 import pytest
 
-from tests.integration.launch.test_launch import launch, scalars
+from tests.integration.launch.test_launch import TINY_RUN, launch, scalars
 
 TINY = [
-    "recipe=math_grpo",
-    "model=tiny",
-    "rollout.prompts_per_step=4",
-    "rollout.group_size=4",
-    "rollout.max_new_tokens=16",
-    "trainer.micro_batch_size=4",
-    "trainer.lr=1e-3",
+    *TINY_RUN,
     "data.reward=tests.toy_rewards:e_fraction",
     "run.steps=3",
 ]

@@ -11,19 +11,13 @@ import subprocess
 import sys
 import time
 
-from tests.integration.launch.test_launch import launch, scalars
+from tests.integration.launch.test_launch import TINY_RUN, launch, scalars
 from tests.integration.launch.test_launch_async import _checkpoint, _items_at, _stream_items, _trained_items
 from tests.paths import REPO_ROOT
 
 # 4 prompts x 4 samples, each scored after 0.25 s: the rollout phase of a step takes ~4 s.
 SLOW = [
-    "recipe=math_grpo",
-    "model=tiny",
-    "rollout.prompts_per_step=4",
-    "rollout.group_size=4",
-    "rollout.max_new_tokens=16",
-    "trainer.micro_batch_size=4",
-    "trainer.lr=1e-3",
+    *TINY_RUN,
     "data.reward=tests.toy_rewards:slow_e_fraction",
     "logging.rollouts_per_step=16",
     "run.save_every=100",

@@ -21,7 +21,6 @@ from loongsage.transfer.routes import Endpoint
 from loongsage.transfer.topology_model import TopologyModel
 from tests.integration.inference.embedded.embedded_cli_support import engine_process
 from tests.integration.inference.embedded.engine_support import running_engine
-from tests.integration.inference.embedded.test_engine_memory import llama_dir  # noqa: F401 - a fixture, see big_model
 from tests.integration.teachers.teacher_support import perturbed_model
 
 NAMES = ("math", "code", "chat")
@@ -214,6 +213,6 @@ def test_a_teacher_leaving_its_slot_leaves_no_memory_behind(big_model, tmp_path)
 
 
 @pytest.fixture
-def big_model(request) -> tuple[str, int]:
+def big_model(llama_dir) -> tuple[str, int]:
     """test_engine_memory's ~130 MB random Llama (dir, bytes of its weights)."""
-    return request.getfixturevalue("llama_dir")
+    return llama_dir

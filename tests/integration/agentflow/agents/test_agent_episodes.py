@@ -16,9 +16,9 @@ from loongsage.agentflow.router import to_samples
 from loongsage.agentflow.sandbox import create_sandbox
 from loongsage.inference.embedded.engine import Engine
 from loongsage.inference.embedded.server import EmbeddedServer
-from loongsage.models import load_tokenizer
 from loongsage.tasks.swe.source import swe_synth
-from tests.integration.agentflow.router_support import RecordingProxy, ScriptedEngine, start_router
+from tests.integration.agentflow.router_support import RecordingProxy, start_router
+from tests.standins.engine import StandinEngine
 
 REPO = {
     "calc.py": "def add(a, b):\n    return a - b\n",
@@ -31,13 +31,8 @@ def _tool_call(name: str, **arguments) -> str:
     return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_path):
-    return load_tokenizer(tiny_model_path)
-
-
 def test_tool_agent_fixes_the_bug_and_every_turn_is_recorded(tiny_model_path, tokenizer):
-    engine = ScriptedEngine(tokenizer)
+    engine = StandinEngine(tokenizer)
     router = start_router(engine.url, tiny_model_path, tokenizer)
     try:
         engine.say("Let me look.\n" + _tool_call("read_file", path="calc.py"))
@@ -112,7 +107,7 @@ def test_a_mini_swe_agent_demonstration_is_recorded_exactly_as_a_rollout_of_the_
     agent = build_agent(
         "mini_swe_agent", {"step_limit": 4, "timeout_s": 300, "extra_config": [f"agent.instance_template={template}"]}
     )
-    engine = ScriptedEngine(tokenizer, max_context=8192)
+    engine = StandinEngine(tokenizer, max_context=8192)
     router = start_router(engine.url, tiny_model_path, tokenizer, chat_format="hermes_compact")
     try:
         with create_sandbox(item["task"].files) as sandbox:

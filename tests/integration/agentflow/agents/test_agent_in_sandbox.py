@@ -12,7 +12,8 @@ from loongsage.agentflow.agents import AgentTask, Endpoint, build_agent
 from loongsage.agentflow.agents.router_bridge import SANDBOX_PORT, SOCKET_DIR
 from loongsage.agentflow.sandbox import available_backends, create_sandbox
 from loongsage.models import load_tokenizer
-from tests.integration.agentflow.router_support import ScriptedEngine, start_router
+from tests.integration.agentflow.router_support import start_router
+from tests.standins.engine import StandinEngine
 
 # The agent: stdlib only (the sandbox sees the framework's Python, not necessarily its package).
 AGENT = """
@@ -45,7 +46,7 @@ AGENT_ARG = AGENT.replace("{", "{{").replace("}", "}}")  # literal braces in a c
 )
 def test_an_agent_in_the_sandbox_reaches_the_router_and_only_the_router(backend, tiny_model_path):
     tokenizer = load_tokenizer(tiny_model_path)
-    engine = ScriptedEngine(tokenizer)
+    engine = StandinEngine(tokenizer)
     router = start_router(engine.url, tiny_model_path, tokenizer)
     try:
         engine.say("The answer is 4.")

@@ -17,7 +17,8 @@ from loongsage.agentflow.router import to_samples
 from loongsage.agentflow.sandbox import SandboxLimits, available_backends, create_sandbox
 from loongsage.models import load_tokenizer
 from loongsage.tasks.swe.source import swe_synth
-from tests.integration.agentflow.router_support import ScriptedEngine, start_router
+from tests.integration.agentflow.router_support import start_router
+from tests.standins.engine import StandinEngine
 
 pytestmark = pytest.mark.skipif(shutil.which("opencode") is None, reason="OpenCode is not installed (npm install -g opencode-ai)")
 
@@ -38,7 +39,7 @@ def tool_call(name: str, **arguments) -> str:
 @pytest.mark.parametrize("backend", [b for b in ("bwrap", "local") if b in available_backends()][:1] or ["local"])
 def test_opencode_fixes_the_bug_through_the_router_inside_the_sandbox(backend, tiny_model_path):
     tokenizer = load_tokenizer(tiny_model_path)
-    engine = ScriptedEngine(tokenizer, max_context=8192)
+    engine = StandinEngine(tokenizer, max_context=8192)
     router = start_router(engine.url, tiny_model_path, tokenizer)
     try:
         engine.say(tool_call("read", filePath="/workspace/calc.py" if backend == "bwrap" else "calc.py"))
@@ -93,7 +94,7 @@ def test_a_demonstration_through_opencode_is_recorded_exactly_as_a_rollout_of_th
     the model itself made OpenCode's calls for them: same prompt ids, response ids, mask."""
     (item,) = swe_synth(count=1, seed=7)
     tokenizer = load_tokenizer(tiny_model_path)
-    engine = ScriptedEngine(tokenizer, max_context=8192)
+    engine = StandinEngine(tokenizer, max_context=8192)
     router = start_router(engine.url, tiny_model_path, tokenizer, chat_format="hermes_compact")
     agent = build_agent("opencode", {"tools": ["read", "edit"], "max_tokens": 128, "timeout_s": 300})
     limits = SandboxLimits(memory_mb=MEMORY_MB)

@@ -11,8 +11,6 @@ import pytest
 from loongsage.agentflow.agents import AgentTask, Endpoint, build_agent
 from loongsage.agentflow.agents.tool_agent import DEFAULT_SYSTEM_PROMPT, ToolAgent
 from loongsage.agentflow.router import SamplingDefaults
-from loongsage.models import load_tokenizer
-from tests.integration.agentflow.router_support import ScriptedEngine, start_router
 
 RUN = SamplingDefaults(temperature=0.7, top_p=0.9, top_k=20, max_new_tokens=7)
 SYSTEM = "Answer in one word."
@@ -20,27 +18,11 @@ SUBMIT = '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>'
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_model_path):
-    return load_tokenizer(tiny_model_path)
+def router_settings() -> dict:
+    return {"sampling": RUN}
 
 
-@pytest.fixture(scope="module")
-def engine(tokenizer):
-    scripted = ScriptedEngine(tokenizer)
-    yield scripted
-    scripted.stop()
-
-
-@pytest.fixture(scope="module")
-def router(engine, tiny_model_path, tokenizer):
-    server = start_router(engine.url, tiny_model_path, tokenizer, sampling=RUN)
-    yield server
-    server.stop()
-
-
-@pytest.fixture(autouse=True)
-def _fresh(engine):
-    engine.reset()
+pytestmark = pytest.mark.usefixtures("fresh_script")
 
 
 def _run(router, agent_name: str, options: dict, task: AgentTask):

@@ -10,9 +10,9 @@ import pytest
 from loongsage.agentflow.agents import AgentTask, Endpoint, build_agent
 from loongsage.agentflow.router import to_samples
 from loongsage.agentflow.sandbox import create_sandbox
-from loongsage.models import load_tokenizer
 from loongsage.tasks.swe.source import swe_synth
-from tests.integration.agentflow.router_support import ScriptedEngine, start_router
+from tests.integration.agentflow.router_support import start_router
+from tests.standins.engine import StandinEngine
 
 OPTIONS = {"tools": ["str_replace"], "max_turns": 3, "max_tokens": 96}
 SYSTEM = "Fix the bug."  # data.system_prompt, handed to the agent with each task
@@ -22,17 +22,12 @@ def _markup(call: dict) -> str:
     return "<tool_call>\n" + json.dumps({"name": call["name"], "arguments": call["arguments"]}) + "\n</tool_call>"
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_path):
-    return load_tokenizer(tiny_model_path)
-
-
 @pytest.mark.parametrize("chat_format", ["hermes", "hermes_compact"])
 def test_demonstration_is_recorded_exactly_as_a_rollout_of_the_same_calls(tiny_model_path, tokenizer, chat_format):
     (item,) = swe_synth(count=1, seed=7)
     calls = item["demonstration"]
     assert [c["name"] for c in calls] == ["str_replace", "submit"]
-    engine = ScriptedEngine(tokenizer)
+    engine = StandinEngine(tokenizer)
     router = start_router(engine.url, tiny_model_path, tokenizer, chat_format=chat_format)
     agent = build_agent("tool", OPTIONS)
     try:
@@ -63,7 +58,7 @@ def test_demonstration_is_recorded_exactly_as_a_rollout_of_the_same_calls(tiny_m
 
 
 def test_tool_agent_top_k_reaches_the_engine(tiny_model_path, tokenizer):
-    engine = ScriptedEngine(tokenizer)
+    engine = StandinEngine(tokenizer)
     router = start_router(engine.url, tiny_model_path, tokenizer)
     try:
         engine.say(_markup({"name": "submit", "arguments": {}}))

@@ -7,8 +7,7 @@ from __future__ import annotations
 import anthropic
 import pytest
 
-from loongsage.models import load_tokenizer
-from tests.integration.agentflow.router_support import ScriptedEngine, auth, get_trajectory, http, start_router
+from tests.integration.agentflow.router_support import auth, get_trajectory, http
 
 WEATHER_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 TOOLS = [
@@ -20,28 +19,7 @@ TOOLS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_path):
-    return load_tokenizer(tiny_model_path)
-
-
-@pytest.fixture(scope="module")
-def engine(tokenizer):
-    scripted = ScriptedEngine(tokenizer)
-    yield scripted
-    scripted.stop()
-
-
-@pytest.fixture(scope="module")
-def router(engine, tiny_model_path, tokenizer):
-    server = start_router(engine.url, tiny_model_path, tokenizer)
-    yield server
-    server.stop()
-
-
-@pytest.fixture(autouse=True)
-def fresh_script(engine):
-    engine.reset()
+pytestmark = pytest.mark.usefixtures("fresh_script")
 
 
 def claude(router, trajectory_id: str, with_v1: bool) -> anthropic.Anthropic:

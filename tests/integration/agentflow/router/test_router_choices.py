@@ -8,16 +8,11 @@ from __future__ import annotations
 import openai
 import pytest
 
-from loongsage.models import load_tokenizer
-from tests.integration.agentflow.router_support import EOS, auth, get_trajectory, http, recorded_embedded_engine, start_router
+from tests.integration.agentflow.router_support import auth, get_trajectory, http, recorded_embedded_engine
+from tests.standins.engine import EOS
 
 VERSION = 5
 QUESTION = [{"role": "user", "content": "Name a colour."}]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_path):
-    return load_tokenizer(tiny_model_path)
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +22,8 @@ def proxy(tiny_model_path):
 
 
 @pytest.fixture(scope="module")
-def router(proxy, tiny_model_path, tokenizer):
-    server = start_router(proxy.url, tiny_model_path, tokenizer)
-    yield server
-    server.stop()
+def engine_url(proxy) -> str:
+    return proxy.url
 
 
 def client(router, trajectory_id: str) -> openai.OpenAI:

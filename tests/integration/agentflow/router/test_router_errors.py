@@ -9,30 +9,20 @@ import httpx
 import openai
 import pytest
 
-from loongsage.models import load_tokenizer
-from tests.integration.agentflow.router_support import ScriptedEngine, auth, start_router
+from tests.integration.agentflow.router_support import auth, start_router
 
 MAX_BODY = 4096
 MAX_CONTEXT = 64
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_model_path):
-    return load_tokenizer(tiny_model_path)
+def engine_settings() -> dict:
+    return {"max_context": MAX_CONTEXT}
 
 
 @pytest.fixture(scope="module")
-def engine(tokenizer):
-    scripted = ScriptedEngine(tokenizer, max_context=MAX_CONTEXT)
-    yield scripted
-    scripted.stop()
-
-
-@pytest.fixture(scope="module")
-def router(engine, tiny_model_path, tokenizer):
-    server = start_router(engine.url, tiny_model_path, tokenizer, max_body_bytes=MAX_BODY)
-    yield server
-    server.stop()
+def router_settings() -> dict:
+    return {"max_body_bytes": MAX_BODY}
 
 
 def _chat(router, body=None, headers=None, content=None, trajectory="bad") -> httpx.Response:

@@ -17,8 +17,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from loongsage.models import load_tokenizer
-from tests.integration.agentflow.router_support import start_router
 from tests.integration.inference.embedded.engine_support import running_engine
 
 EXAMPLES = int(os.environ.get("LOONGSAGE_FUZZ_EXAMPLES", "150"))  # per test
@@ -201,10 +199,13 @@ def engine(tiny_model_path):
 
 
 @pytest.fixture(scope="module")
-def router(engine, tiny_model_path):
-    server = start_router(engine.base_url, tiny_model_path, load_tokenizer(tiny_model_path), max_body_bytes=2**20)
-    yield server
-    server.stop()
+def engine_url(engine) -> str:
+    return engine.base_url
+
+
+@pytest.fixture(scope="module")
+def router_settings() -> dict:
+    return {"max_body_bytes": 2**20}
 
 
 @pytest.fixture(scope="module")

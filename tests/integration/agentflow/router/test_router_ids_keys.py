@@ -7,8 +7,7 @@ import httpx
 import openai
 import pytest
 
-from loongsage.models import load_tokenizer
-from tests.integration.agentflow.router_support import ScriptedEngine, auth, http, start_router
+from tests.integration.agentflow.router_support import auth, http
 
 IDS = [
     "owner/repo#12",
@@ -35,22 +34,8 @@ IDS = [
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_model_path):
-    return load_tokenizer(tiny_model_path)
-
-
-@pytest.fixture(scope="module")
-def engine(tokenizer):
-    scripted = ScriptedEngine(tokenizer)
-    yield scripted
-    scripted.stop()
-
-
-@pytest.fixture(scope="module")
-def router(engine, tiny_model_path, tokenizer):
-    server = start_router(engine.url, tiny_model_path, tokenizer, max_context=512)
-    yield server
-    server.stop()
+def router_settings() -> dict:
+    return {"max_context": 512}
 
 
 def _agent(router, trajectory_id: str, key: str | None = None, attempt: int | str = 0) -> openai.OpenAI:

@@ -12,14 +12,9 @@ import openai
 import pytest
 
 from loongsage.inference.client import EngineClient, EngineError
-from loongsage.models import load_tokenizer
-from tests.integration.agentflow.router_support import ScriptedEngine, get_trajectory, start_router
+from tests.integration.agentflow.router_support import get_trajectory, start_router
 from tests.integration.inference.embedded.engine_support import running_engine
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_path):
-    return load_tokenizer(tiny_model_path)
+from tests.standins.engine import StandinEngine
 
 
 @pytest.fixture(scope="module")
@@ -29,15 +24,13 @@ def engine(tiny_model_path):
 
 
 @pytest.fixture(scope="module")
-def router(engine, tiny_model_path, tokenizer):
-    server = start_router(engine.base_url, tiny_model_path, tokenizer)
-    yield server
-    server.stop()
+def engine_url(engine) -> str:
+    return engine.base_url
 
 
 @pytest.fixture(scope="module")
 def scripted(tokenizer):
-    double = ScriptedEngine(tokenizer)
+    double = StandinEngine(tokenizer)
     yield double
     double.stop()
 

@@ -10,8 +10,8 @@ import httpx
 import openai
 import pytest
 
-from loongsage.models import load_tokenizer
-from tests.integration.agentflow.router_support import EOS, auth, get_trajectory, recorded_embedded_engine, start_router
+from tests.integration.agentflow.router_support import auth, get_trajectory, recorded_embedded_engine
+from tests.standins.engine import EOS
 
 VERSION = 4
 TOOLS = [
@@ -27,21 +27,14 @@ TOOLS = [
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_model_path):
-    return load_tokenizer(tiny_model_path)
-
-
-@pytest.fixture(scope="module")
 def proxy(tiny_model_path):
     with recorded_embedded_engine(tiny_model_path, VERSION) as recording:
         yield recording
 
 
 @pytest.fixture(scope="module")
-def router(proxy, tiny_model_path, tokenizer):
-    server = start_router(proxy.url, tiny_model_path, tokenizer)
-    yield server
-    server.stop()
+def engine_url(proxy) -> str:
+    return proxy.url
 
 
 def _client(router, trajectory_id: str, attempt: int = 0) -> openai.OpenAI:

@@ -11,8 +11,7 @@ import agents
 import openai
 import pytest
 
-from loongsage.models import load_tokenizer
-from tests.integration.agentflow.router_support import ScriptedEngine, get_trajectory, start_router
+from tests.integration.agentflow.router_support import get_trajectory
 
 WEATHER_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
 TOOLS = [
@@ -26,28 +25,7 @@ TOOLS = [
 CHAT_TOOLS = [{"type": "function", "function": {k: v for k, v in TOOLS[0].items() if k != "type"}}]
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_path):
-    return load_tokenizer(tiny_model_path)
-
-
-@pytest.fixture(scope="module")
-def engine(tokenizer):
-    scripted = ScriptedEngine(tokenizer)
-    yield scripted
-    scripted.stop()
-
-
-@pytest.fixture(scope="module")
-def router(engine, tiny_model_path, tokenizer):
-    server = start_router(engine.url, tiny_model_path, tokenizer)
-    yield server
-    server.stop()
-
-
-@pytest.fixture(autouse=True)
-def fresh_script(engine):
-    engine.reset()
+pytestmark = pytest.mark.usefixtures("fresh_script")
 
 
 def client(router, trajectory_id: str) -> openai.OpenAI:

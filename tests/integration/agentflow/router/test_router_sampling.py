@@ -10,35 +10,23 @@ import pytest
 from loongsage.agentflow.router import SamplingDefaults
 from loongsage.inference.embedded.engine import Engine
 from loongsage.inference.embedded.server import EmbeddedServer
-from loongsage.models import load_tokenizer
-from tests.integration.agentflow.router_support import RecordingProxy, ScriptedEngine, http, start_router
+from tests.integration.agentflow.router_support import RecordingProxy, http, start_router
 
 RUN = SamplingDefaults(temperature=0.7, top_p=0.9, top_k=20, max_new_tokens=7)
 MESSAGES = [{"role": "user", "content": "Say hi"}]
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_model_path):
-    return load_tokenizer(tiny_model_path)
+def engine_settings() -> dict:
+    return {"max_context": 256}
 
 
 @pytest.fixture(scope="module")
-def engine(tokenizer):
-    scripted = ScriptedEngine(tokenizer, max_context=256)
-    yield scripted
-    scripted.stop()
+def router_settings() -> dict:
+    return {"sampling": RUN}
 
 
-@pytest.fixture(scope="module")
-def router(engine, tiny_model_path, tokenizer):
-    server = start_router(engine.url, tiny_model_path, tokenizer, sampling=RUN)
-    yield server
-    server.stop()
-
-
-@pytest.fixture(autouse=True)
-def _fresh(engine):
-    engine.reset()
+pytestmark = pytest.mark.usefixtures("fresh_script")
 
 
 def _openai(router, trajectory_id: str) -> openai.OpenAI:

@@ -10,8 +10,8 @@ import httpx
 import openai
 import pytest
 
-from loongsage.models import load_tokenizer
-from tests.integration.agentflow.router_support import EOS, ScriptedEngine, get_trajectory, start_router
+from tests.integration.agentflow.router_support import get_trajectory
+from tests.standins.engine import EOS
 
 HAVING_IN_ODD_PIECES = [56, 12052, 4728]  # "H" + "AV" + "ING"; the text re-tokenizes as "HA" + "V" + "ING"
 WEATHER_CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
@@ -34,28 +34,7 @@ ANTHROPIC_TOOLS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_path):
-    return load_tokenizer(tiny_model_path)
-
-
-@pytest.fixture(scope="module")
-def engine(tokenizer):
-    scripted = ScriptedEngine(tokenizer)
-    yield scripted
-    scripted.stop()
-
-
-@pytest.fixture(scope="module")
-def router(engine, tiny_model_path, tokenizer):
-    server = start_router(engine.url, tiny_model_path, tokenizer)
-    yield server
-    server.stop()
-
-
-@pytest.fixture(autouse=True)
-def fresh_script(engine):
-    engine.reset()
+pytestmark = pytest.mark.usefixtures("fresh_script")
 
 
 def _client(router, trajectory_id: str) -> openai.OpenAI:

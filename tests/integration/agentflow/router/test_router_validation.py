@@ -10,30 +10,20 @@ import httpx
 import openai
 import pytest
 
-from loongsage.models import load_tokenizer
-from tests.integration.agentflow.router_support import ScriptedEngine, auth, http, start_router
+from tests.integration.agentflow.router_support import auth, http
 
 LONG_INT = "9" * 5000  # past Python's 4300-digit limit on int(str)
 LONE = "\\ud800"  # a lone UTF-16 surrogate, as JSON escapes it
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_model_path):
-    return load_tokenizer(tiny_model_path)
+def engine_settings() -> dict:
+    return {"max_context": 256}
 
 
 @pytest.fixture(scope="module")
-def engine(tokenizer):
-    scripted = ScriptedEngine(tokenizer, max_context=256)
-    yield scripted
-    scripted.stop()
-
-
-@pytest.fixture(scope="module")
-def router(engine, tiny_model_path, tokenizer):
-    server = start_router(engine.url, tiny_model_path, tokenizer, max_context=256)
-    yield server
-    server.stop()
+def router_settings() -> dict:
+    return {"max_context": 256}
 
 
 def _chat_body(extra: str = "", content: str = '"hi"', messages: str | None = None) -> str:

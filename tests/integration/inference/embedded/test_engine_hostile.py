@@ -12,7 +12,7 @@ import httpx
 import pytest
 import torch
 
-from loongsage.inference.client import EngineClient, EngineError
+from loongsage.inference.client import EngineError
 from loongsage.inference.embedded import server as engine_server
 from loongsage.inference.embedded.request import Sequence
 from loongsage.inference.embedded.sampling import SamplingParams
@@ -28,13 +28,6 @@ LONE = "\\ud800"
 def server(tiny_model_path):
     with running_engine(tiny_model_path, max_context=128) as srv:
         yield srv
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    c = EngineClient(server.base_url, timeout=60)
-    yield c
-    c.close()
 
 
 def _body(params: str = "", extra: str = "", ids: str = "[1, 2, 3]") -> str:

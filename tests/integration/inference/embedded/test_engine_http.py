@@ -9,7 +9,7 @@ import httpx
 import pytest
 import torch
 
-from loongsage.inference.client import EngineClient, EngineError
+from loongsage.inference.client import EngineError
 from loongsage.transfer.session import update_sessions
 from loongsage.transfer.transports import pack_inline
 from tests.integration.inference.embedded.engine_support import WAIT_S, running_engine, wait_until_queued
@@ -22,13 +22,6 @@ PROMPT = [1, 504, 3458, 314, 253, 1345, 30, 198]
 def server(tiny_model_path):
     with running_engine(tiny_model_path, max_context=256) as srv:
         yield srv
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    c = EngineClient(server.base_url, timeout=60)
-    yield c
-    c.close()
 
 
 def _greedy(max_new_tokens: int, **params) -> dict:

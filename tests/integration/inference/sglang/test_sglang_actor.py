@@ -1,6 +1,6 @@
 """rollout.engine=sglang for real: SglangEngineActor in Ray launching a server process with
 SGLang's flags. The embedded engine's CLI stands in for `sglang.launch_server` where a model must
-answer; the lifecycle cases use a model-free stand-in server (tests/unit/inference/sglang)."""
+answer; the lifecycle cases use a model-free stand-in server (tests/standins/engine.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from loongsage.inference.client import EngineClient, EngineError
 from loongsage.inference.embedded.weights import read_safetensors
 from loongsage.inference.engines import engine_actor
 from loongsage.transfer import push_weights
-from tests.integration.inference.embedded.test_engine_memory import _rss_bytes, llama_dir  # noqa: F401 - a fixture, see big_model
+from tests.integration.inference.embedded.test_engine_memory import _rss_bytes
 from tests.integration.transfer.test_weight_sync_distributed import BUCKET_BYTES, greedy
 from tests.unit.inference.sglang.test_process import STANDIN, group_members, running
 
@@ -141,12 +141,12 @@ def test_a_gloo_push_reaches_the_actors_server_and_it_serves_the_new_weights(act
 
 
 @pytest.fixture(scope="module")
-def big_model(request) -> tuple[str, int]:
+def big_model(llama_dir) -> tuple[str, int]:
     """(directory, bytes of its parameters) of the ~130 MB random Llama of the engine's own memory
     test. The tiny model's 13 MB are mostly small tensors, whose partly used first and last pages
     stay resident (measured: 12.25 of 12.28 MB fell), so "the resident size falls by at least the
     weights" cannot hold for it however well the release works."""
-    return request.getfixturevalue("llama_dir")
+    return llama_dir
 
 
 def test_a_colocated_server_gives_its_weights_memory_back_and_takes_it_again(actor_class, big_model, tmp_path):
