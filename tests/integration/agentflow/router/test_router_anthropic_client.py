@@ -1,4 +1,4 @@
-"""The official `anthropic` client against the router (scripted engine, router_support): tool use
+"""The official `anthropic` client against the router (scripted stand-in engine): tool use
 over two turns and streaming, with the base URL given with or without /v1 (the client appends
 /v1/messages), and count_tokens equal to the prompt the next request sends."""
 

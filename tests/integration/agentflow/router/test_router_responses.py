@@ -1,5 +1,5 @@
 """The OpenAI Responses API (`/v1/responses`) with the official `openai` client against the router
-in front of a scripted engine (router_support: no real model emits a chosen tool call on
+in front of a scripted engine (tests/standins/engine.py: no real model emits a chosen tool call on
 demand): function tools over several turns, token in / token out as the chat path records it,
 streaming as the client parses it, previous_response_id, and refusals that name their field."""
 

@@ -1,6 +1,6 @@
 """Tool calls, odd token pieces, stop strings and resumed aborts over HTTP, with the official
 `openai` client (and raw HTTP for Anthropic) against the router in front of a scripted
-engine (see router_support: no real model emits a chosen text on demand)."""
+engine (see tests/standins/engine.py: no real model emits a chosen text on demand)."""
 
 from __future__ import annotations
 
