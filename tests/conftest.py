@@ -1,4 +1,4 @@
-"""Shared fixtures: the tiny model, and one real local Ray runtime for integration tests."""
+"""Shared fixtures: the tiny model and its tokenizer, and one real local Ray runtime for integration tests."""
 
 from __future__ import annotations
 
@@ -30,6 +30,13 @@ def tiny_model_path() -> str:
     from loongsage.models import resolve_model_path
 
     return str(resolve_model_path("tiny"))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tiny_model_path):
+    from loongsage.models import load_tokenizer
+
+    return load_tokenizer(tiny_model_path)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@ to every engine GPU along a route plan, against a physical lower bound.
 
 Pure: numpy only (no Ray, no torch in this module). `python -m loongsage.bench transfer
 --simulate` drives it (loongsage/bench/transfer_simulate.py); the event model over flows is
-`flow_events`; tests in tests/unit/transfer/test_simulate.py. It reads the same topology model (`topology_model`) and
+`flow_events`; tests in tests/unit/bench/test_transfer_simulation.py. It reads the same topology model (`topology_model`) and
 the same plans (`planner.plan_routes`, `routes.Plan`) the mesh executes.
 
 Assumptions, with their sources

@@ -3,7 +3,7 @@ installed, TransformerEngine's layer spec. Skipped without CUDA; on a lent devic
 
     python -m pytest tests/gpu/test_megatron_gpu.py -q
 
-The CPU suite runs the same checks over gloo (tests/integration/test_megatron_trainer.py,
+The CPU suite runs the same checks over gloo (tests/integration/training/megatron/test_megatron_trainer.py,
 tests/unit/training/megatron/test_model.py); these add what only a GPU exercises. Run on one
 H200 (local spec, no TransformerEngine) on 2026-12-04: logits within 3.3e-07 of HF's in fp32 and
 0.0039 in bf16; the tp=2 step needs a second GPU and is not yet run.
@@ -16,8 +16,8 @@ from functools import partial
 import pytest
 import torch
 
-from tests.integration.megatron_workers import run_ranks
-from tests.integration.test_megatron_trainer import ALGO, METRICS_COMPARED, one_step, trainer
+from tests.integration.training.megatron.megatron_workers import run_ranks
+from tests.integration.training.megatron.test_megatron_trainer import ALGO, METRICS_COMPARED, one_step, trainer
 from tests.samples import random_samples
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -27,7 +27,7 @@ from loongsage.teachers.store import STORE, TeacherStore
 from loongsage.transfer.planner import plan_routes
 from loongsage.transfer.routes import Endpoint
 from loongsage.transfer.topology_model import TopologyModel
-from tests.integration.embedded_cli_support import engine_process
+from tests.integration.inference.embedded.embedded_cli_support import engine_process
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

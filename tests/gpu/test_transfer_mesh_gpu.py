@@ -24,7 +24,7 @@ from loongsage.transfer import push_weights
 from loongsage.transfer.endpoints import SOURCE
 from loongsage.transfer.rounds import execute_plan
 from loongsage.transfer.routes import Endpoint, Plan, Route
-from tests.integration.engine_support import running_engine
+from tests.integration.inference.embedded.engine_support import running_engine
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two CUDA devices")
 

@@ -28,7 +28,7 @@ from loongsage.transfer.rounds import execute_plan, run_update_round
 from loongsage.transfer.routes import Endpoint, Plan, Route
 from loongsage.transfer.source_routes import send_routes
 from loongsage.transfer.topology_model import TopologyModel
-from tests.integration.embedded_cli_support import engine_process
+from tests.integration.inference.embedded.embedded_cli_support import engine_process
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from loongsage.cluster.bootstrap import FIRST_ENGINE_PORT, FIRST_PORT, PORTS_PER_JOB
-from tests.integration.teacher_support import perturbed_model
-from tests.integration.test_launch import scalars
+from tests.integration.launch.test_launch import scalars
+from tests.integration.teachers.teacher_support import perturbed_model
 from tests.paths import REPO_ROOT
 
 TINY = [

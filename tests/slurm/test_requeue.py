@@ -15,8 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from tests.integration.test_launch import scalars
-from tests.integration.test_launch_async import _stream_items, _trained_items
+from tests.integration.launch.test_launch import scalars
+from tests.integration.launch.test_launch_async import _stream_items, _trained_items
 from tests.paths import REPO_ROOT
 from tests.slurm.test_launch import TINY, _job_env
 
@@ -27,7 +27,7 @@ REQUEUE_RUN = [
     f"run.steps={STEPS}",
     "run.save_every=100",
     "logging.rollouts_per_step=16",
-    "data.reward=tests.integration.toy_rewards:slow_e_fraction",
+    "data.reward=tests.toy_rewards:slow_e_fraction",
     "roles.trainer.gpus=1",
     "roles.rollout.gpus=1",
     "run.placement=disaggregated",

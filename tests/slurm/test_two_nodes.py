@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 import pytest
 
 from loongsage.cluster.bootstrap import FIRST_ENGINE_PORT, FIRST_PORT, PORTS_PER_JOB
-from tests.integration.test_launch import scalars
+from tests.integration.launch.test_launch import scalars
 from tests.paths import REPO_ROOT
 from tests.slurm.test_launch import _assert_trained, _launch_on_slurm
 from tests.slurm.test_requeue import _assert_resumed_once, requeue_under_submitit
@@ -28,7 +28,7 @@ TRAINER_NODE, ENGINE_NODE = "node1", "node2"
 TWO_NODES = ["cluster.nodes=2", "run.placement=disaggregated", WEIGHT_SYNC]
 # Rewards that differ between samples: every step has advantages, so every step changes the
 # weights, and an engine left with the old ones would show in the mismatch.
-MOVING = "data.reward=tests.integration.toy_rewards:e_fraction"
+MOVING = "data.reward=tests.toy_rewards:e_fraction"
 K3_BOUND = 1e-6  # train/mismatch_k3_kl after a faithful push in fp32
 
 

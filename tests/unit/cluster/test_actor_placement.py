@@ -1,5 +1,5 @@
 """place_actors on this machine (roles not partitioned), and the groups' per-actor settings.
-The partitioned path runs against a real Ray in tests/integration/test_role_placement.py."""
+The partitioned path runs against a real Ray in tests/integration/cluster/test_role_placement.py."""
 
 from __future__ import annotations
 

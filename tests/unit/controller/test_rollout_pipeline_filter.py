@@ -1,5 +1,5 @@
 """Dynamic filtering of zero-variance groups in the pipeline, and what its data stream keeps
-unsettled, with a stand-in rollout source (the real one: tests/integration/test_async_rollout.py)."""
+unsettled, with a stand-in rollout source (the real one: tests/integration/controller/test_async_rollout.py)."""
 
 from __future__ import annotations
 

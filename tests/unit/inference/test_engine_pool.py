@@ -1,4 +1,4 @@
-"""The engine pool against engines over real HTTP (EngineDouble, served by uvicorn): affinity,
+"""The engine pool against engines over real HTTP (StandinEngine, served by uvicorn): affinity,
 least-loaded choice, and what happens when an engine drops, refuses, answers stale or restarts."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ import pytest
 from loongsage.inference.client import EngineError
 from loongsage.inference.engine_pool import EnginePool, NoEngineAvailable
 from loongsage.inference.engine_roster import EngineRoster
-from tests.unit.inference.engine_double import EngineDouble
+from tests.standins.engine import StandinEngine
 
 SETTLE_S = 20.0  # the most a test waits for something that takes a probe interval or two
 
 
 @pytest.fixture
 def engines(request):
-    doubles = [EngineDouble(name=f"e{i}") for i in range(getattr(request, "param", 2))]
+    doubles = [StandinEngine(name=f"e{i}") for i in range(getattr(request, "param", 2))]
     yield doubles
     for double in doubles:
         double.stop()
@@ -29,8 +29,8 @@ def send(rid: str):
     return lambda client: client.agenerate(input_ids=[1, 2, 3], sampling_params={"max_new_tokens": 1}, rid=rid)
 
 
-def served(engine: EngineDouble) -> list[str]:
-    return [body["rid"] for body in engine.generated]
+def served(engine: StandinEngine) -> list[str]:
+    return [body["rid"] for body in engine.requests]
 
 
 async def until(condition, what: str) -> None:

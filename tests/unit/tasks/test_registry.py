@@ -26,7 +26,7 @@ def test_math_is_registered_once_for_completions_and_episodes_alike():
 
 
 def test_import_path_fallback():
-    assert get_reward("tests.integration.toy_rewards:digit_fraction")(ITEM, AgentResult("submitted", answer="a1")) == (0.5, {})
+    assert get_reward("tests.toy_rewards:digit_fraction")(ITEM, AgentResult("submitted", answer="a1")) == (0.5, {})
     assert get_data_source("loongsage.tasks.math.synthetic:SyntheticArithmetic") is SyntheticArithmetic
     assert resolve({}, "os.path:join", "helper").__name__ == "join"
 

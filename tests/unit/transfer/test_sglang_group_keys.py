@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from loongsage.inference.weight_wire.process_group import WeightUpdateGroup
-from tests.integration.embedded_cli_support import free_port
+from tests.integration.inference.embedded.embedded_cli_support import free_port
 
 RECEIVER = textwrap.dedent(
     """

@@ -29,11 +29,6 @@ NATIVE_TEMPLATE = (
 
 
 @pytest.fixture(scope="module")
-def tokenizer(tiny_model_path):
-    return load_tokenizer(tiny_model_path)
-
-
-@pytest.fixture(scope="module")
 def hermes(tokenizer):
     return HermesFormat(tokenizer)
 

@@ -1,4 +1,4 @@
-"""The router in front of several engines over real HTTP (EngineDouble): a trajectory that loses
+"""The router in front of several engines over real HTTP (StandinEngine): a trajectory that loses
 its engine goes on on another, each turn recording the engine that answered; what cannot be
 answered maps to the router's errors (400 refused, 502 failed, 503 no engine)."""
 
@@ -9,18 +9,12 @@ import pytest
 
 from loongsage.agentflow.router import Router, RouterConfig, RouterServer
 from loongsage.inference.engine_roster import EngineRoster
-from loongsage.models import load_tokenizer
-from tests.unit.inference.engine_double import EngineDouble
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_path):
-    return load_tokenizer(tiny_model_path)
+from tests.standins.engine import StandinEngine
 
 
 @pytest.fixture
 def engines():
-    doubles = [EngineDouble(name=f"e{i}") for i in range(2)]
+    doubles = [StandinEngine(name=f"e{i}") for i in range(2)]
     yield doubles
     for double in doubles:
         double.stop()
@@ -68,7 +62,7 @@ def test_a_trajectory_whose_engine_drops_goes_on_on_another_and_each_turn_names_
     (branch,) = server.router.store.get("t").branches
     assert [turn.engine for turn in branch.turns] == [e0.url, e1.url]
     assert branch.turns[1].prompt_ids[: len(branch.turns[0].prompt_ids)] == branch.turns[0].prompt_ids
-    assert len(e1.generated) == 1 and server.router.engines.roster.state(0) == "down"
+    assert len(e1.requests) == 1 and server.router.engines.roster.state(0) == "down"
 
 
 def test_the_context_limit_is_read_off_an_engine_that_answers(engines, start):
@@ -91,7 +85,7 @@ def test_an_engine_refusal_is_400_and_its_failure_502_neither_tried_elsewhere(en
     server = start(max_context=512)
     response = chat(server, "t", [{"role": "user", "content": "hi"}])
     assert response.status_code == expected and text in response.json()["error"]["message"]
-    assert e1.generated == [] and server.router.store.get("t") is None
+    assert e1.requests == [] and server.router.store.get("t") is None
 
 
 def test_with_no_engine_answering_the_request_is_503_naming_them(engines, start):
@@ -112,7 +106,7 @@ def test_a_shared_roster_steers_the_router_away_from_an_engine_the_run_found_lag
     server = start(roster=roster, max_context=512)
     assert server.router.engines.roster is roster
     assert chat(server, "t", [{"role": "user", "content": "hi"}]).status_code == 200
-    assert e0.generated == [] and len(e1.generated) == 1
+    assert e0.requests == [] and len(e1.requests) == 1
 
 
 def test_a_shared_roster_must_list_the_configured_engines(engines, tiny_model_path, tokenizer):

@@ -3,7 +3,6 @@ tokenizer and chat template, the engine's answers given as ids."""
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,15 +10,9 @@ from loongsage.agentflow.router.chat_format import HermesFormat
 from loongsage.agentflow.router.messages import Message, ToolCall
 from loongsage.agentflow.router.trajectory import Trajectory
 from loongsage.agentflow.router.turns import Generation, make_turn
-from loongsage.models import load_tokenizer
 
 EOS = 2  # <|im_end|>
 HAVING_IN_ODD_PIECES = [56, 12052, 4728]  # "H" + "AV" + "ING"; the text re-tokenizes as "HA" + "V" + "ING"
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tiny_model_path):
-    return load_tokenizer(tiny_model_path)
 
 
 class Loop:

@@ -13,8 +13,9 @@ import pytest
 
 from loongsage.inference.sglang.ports import free_ports
 from loongsage.inference.sglang.process import ServerProcess, ServerStartError
+from tests.standins import engine as standin_engine
 
-STANDIN = str(Path(__file__).with_name("standin_server.py"))
+STANDIN = standin_engine.__file__  # run as a script: a model-free server process
 
 
 def running(pid: int) -> bool:

@@ -1,5 +1,5 @@
 """HF files -> this rank's megatron model -> HF tensors, on one rank (tp = pp = 1); the
-multi-rank paths are in tests/integration/test_megatron_parallel_weights.py."""
+multi-rank paths are in tests/integration/training/megatron/test_megatron_parallel_weights.py."""
 
 from __future__ import annotations
 
