@@ -61,3 +61,21 @@ def ray_runtime():
     from loongsage.transfer.shm_owners import sweep_orphans
 
     sweep_orphans()
+
+
+LONGEST_FIRST = ("tests/slurm/", "tests/integration/launch/")
+
+
+def pytest_collection_modifyitems(items) -> None:
+    """Under pytest-xdist (`-n 2 --dist loadgroup`, the README's test command) each module runs
+    on one worker, so that its module- and session-scoped runs (a smoke run, a Ray of fake GPUs)
+    happen once, not once per worker; the Slurm tests run one after another on one worker (they
+    share one two-node cluster, and two jobs at once would queue behind each other against their
+    timeouts). The longest groups are dealt first (Slurm's, then the launch modules'): a long
+    group dealt last would keep one worker busy alone at the end."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("slurm" if module.startswith("tests/slurm/") else module))
+    items.sort(key=lambda item: next((i for i, p in enumerate(LONGEST_FIRST) if item.nodeid.startswith(p)), len(LONGEST_FIRST)))

@@ -1,5 +1,7 @@
 """A tiny recipe on the real Slurm test cluster (two nodes on this machine), the two ways users
-submit it: Hydra's submitit launcher and the sbatch template. The Ray bootstrap runs for real inside the jobs."""
+submit it: Hydra's submitit launcher and the sbatch template. The Ray bootstrap runs for real inside the jobs.
+(Submitit's plain two-task job, where only task 0 runs the controller, is tests/slurm/test_two_nodes.py's
+first test.)"""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from loongsage.cluster.bootstrap import FIRST_ENGINE_PORT, FIRST_PORT, PORTS_PER_JOB
-from tests.integration.launch.test_launch import scalars
+from tests.integration.launch.launch_support import scalars
 from tests.integration.teachers.teacher_support import perturbed_model
 from tests.paths import REPO_ROOT
 
@@ -68,17 +70,6 @@ def _assert_trained(run_dir, job_output: Path | None = None) -> None:
     logged = scalars(run_dir)
     assert sorted(logged["train/loss"]) == [1, 2]
     assert (run_dir / "checkpoints" / "latest").read_text().strip() == "step_000002"
-
-
-def test_hydra_submitit_launcher_runs_the_recipe_on_slurm(slurm, tmp_path):
-    run_dir = tmp_path / "run"
-    # Two tasks, as submitit starts on a job of two nodes (one per node): only task 0 runs the controller.
-    result = _launch_on_slurm(tmp_path, "hydra.launcher.tasks_per_node=2")
-    assert result.returncode == 0, result.stderr[-4000:]
-    _assert_trained(run_dir)
-    logs = "".join(p.read_text() for p in (tmp_path / "sweep").rglob("*_log.*"))
-    assert len(re.findall(r"\[loongsage\] ray up on 1 node\(s\) of job \d+", logs)) == 1, logs[-3000:]
-    assert "[loongsage] Slurm task 1: task 0 runs the controller" in logs, logs[-3000:]
 
 
 def test_sbatch_template_sizes_the_job_from_cluster_keys(slurm, tmp_path):

@@ -17,8 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.integration.launch.test_launch import scalars
-from tests.integration.launch.test_launch_async import _stream_items, _trained_items
+from tests.integration.launch.launch_support import scalars, stream_items, trained_items
 from tests.paths import REPO_ROOT
 from tests.slurm.test_launch import TINY, _job_env
 
@@ -117,9 +116,9 @@ def _assert_resumed_once(logs: str, run_dir: Path) -> None:
     # Both attempts ran in one run dir (the job id stamp), and each step was trained once.
     assert sorted(scalars(run_dir)["train/loss"]) == list(range(1, STEPS + 1))
     by_step: dict[int, set[str]] = {}
-    for trained_step, item in _trained_items(run_dir):
+    for trained_step, item in trained_items(run_dir):
         by_step.setdefault(trained_step, set()).add(item)
-    stream = _stream_items(2 * STEPS)
+    stream = stream_items(2 * STEPS)
     assert by_step == {s: set(stream[2 * (s - 1) : 2 * s]) for s in range(1, STEPS + 1)}
     # The roles ran on their own fake GPUs of the allocation.
     assert re.search(r"trainer\[0\]: \S+ GPU \d", logs) and re.search(r"rollout\[0\]: \S+ GPU \d", logs), logs[-4000:]

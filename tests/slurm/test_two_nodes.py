@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 import pytest
 
 from loongsage.cluster.bootstrap import FIRST_ENGINE_PORT, FIRST_PORT, PORTS_PER_JOB
-from tests.integration.launch.test_launch import scalars
+from tests.integration.launch.launch_support import scalars
 from tests.paths import REPO_ROOT
 from tests.slurm.test_launch import _assert_trained, _launch_on_slurm
 from tests.slurm.test_requeue import _assert_resumed_once, requeue_under_submitit
@@ -35,7 +35,8 @@ K3_BOUND = 1e-6  # train/mismatch_k3_kl after a faithful push in fp32
 @pytest.fixture(scope="module")
 def two_nodes(slurm):
     states = dict(line.split() for line in _run("sinfo", "-h", "-N", "-o", "%N %t").splitlines())
-    if any(states.get(node) not in ("idle", "mix", "alloc") for node in NODES):
+    # "plnd": idle, with a pending job planned onto it (the previous test's may still be queued)
+    if any(states.get(node) not in ("idle", "plnd", "mix", "alloc") for node in NODES):
         pytest.fail(
             f"the Slurm test cluster needs nodes {', '.join(NODES)} usable; sinfo says {states}; start it with .ci/slurm_up.sh"
         )
@@ -50,7 +51,8 @@ def _run(*cmd: str) -> str:
 
 def test_trainer_on_node1_engines_on_node2_weights_cross_nodes(two_nodes, tmp_path):
     """Two trainer ranks fill node1, two engines node2; the issue's command shape
-    (`launch.py -m ... cluster=slurm cluster.nodes=2 cluster.gpus_per_node=2 hydra/launcher=slurm`)."""
+    (`launch.py -m ... cluster=slurm cluster.nodes=2 cluster.gpus_per_node=2 hydra/launcher=slurm`).
+    Submitit starts a task on each node; only task 0 runs the controller."""
     layout = [
         "trainer.world_size=2",
         "trainer.micro_batch_size=2",  # 4 samples a step over 2 ranks
@@ -64,6 +66,7 @@ def test_trainer_on_node1_engines_on_node2_weights_cross_nodes(two_nodes, tmp_pa
     _assert_trained(run_dir)
     logs = "".join(p.read_text() for p in sorted((tmp_path / "sweep").rglob("*_log.*")))
     assert len(re.findall(r"\[loongsage\] ray up on 2 node\(s\) of job \d+", logs)) == 1, logs[-3000:]
+    assert "[loongsage] Slurm task 1: task 0 runs the controller" in logs, logs[-3000:]
     _assert_on_their_nodes(logs, run_dir, trainer_ranks=2, engines=2, attempts=1)
     _assert_weights_crossed(run_dir, steps=2)
     _assert_relayed_on_node2(run_dir, engines=2)

@@ -4,29 +4,11 @@ HTTP engine, trainer, TensorBoard files, checkpoints and resume."""
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 
 import pytest
 
-from tests.paths import REPO_ROOT
+from tests.integration.launch.launch_support import SMOKE, launch, scalars
 
-TINY_RUN = [  # the tiny math run each launch test sets out from
-    "recipe=math_grpo",
-    "model=tiny",
-    "rollout.prompts_per_step=4",
-    "rollout.group_size=4",
-    "rollout.max_new_tokens=16",
-    "trainer.micro_batch_size=4",
-    "trainer.lr=1e-3",
-]
-SMOKE = [
-    *TINY_RUN,
-    "data.reward=tests.toy_rewards:digit_fraction",
-    "trainer.weight_sync=mesh",
-]
 TAGS = [
     "rollout/reward_mean",
     "rollout/response_len_mean",
@@ -38,40 +20,6 @@ TAGS = [
     "timing/train_s",
     "timing/weight_sync_s",
 ]
-
-
-def launch(*overrides: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    """A run through the entry point. One that hangs past `timeout` is aborted with every
-    thread's stack on its stderr (faulthandler), which the failure shows."""
-    args = [sys.executable, "launch.py", *overrides]
-    env = {**os.environ, "PYTHONFAULTHANDLER": "1"}
-    with subprocess.Popen(args, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as process:
-        try:
-            stdout, stderr = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.send_signal(signal.SIGABRT)
-            stdout, stderr = process.communicate()
-            pytest.fail(
-                f"launch.py did not end within {timeout} s\n--- stdout ---\n{stdout[-3000:]}\n"
-                f"--- stderr (thread stacks at the abort) ---\n{stderr[-30000:]}"
-            )
-    return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
-
-
-def scalars(run_dir) -> dict[str, dict[int, float]]:
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-
-    accumulator = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
-    accumulator.Reload()
-    return {tag: {e.step: e.value for e in accumulator.Scalars(tag)} for tag in accumulator.Tags()["scalars"]}
-
-
-@pytest.fixture(scope="module")
-def three_step_run(tmp_path_factory):
-    run_dir = tmp_path_factory.mktemp("uninterrupted")
-    result = launch(*SMOKE, "run.steps=3", f"run.dir={run_dir}")
-    assert result.returncode == 0, result.stderr[-4000:]
-    return run_dir, result
 
 
 def test_smoke_run_writes_everything_a_user_looks_at(three_step_run):

@@ -8,9 +8,10 @@ import shutil
 
 import pytest
 
-from tests.integration.launch.test_launch import launch, scalars
+from tests.integration.launch.launch_support import launch, scalars
 
-TINY = ["model=tiny", "run.steps=2", "rollout.prompts_per_step=1", "rollout.group_size=2", "trainer.lr=1e-3"]
+# One RL step: the warm start has already pushed weights to the engines before it.
+TINY = ["model=tiny", "run.steps=1", "rollout.prompts_per_step=1", "rollout.group_size=2", "trainer.lr=1e-3"]
 
 
 @pytest.mark.parametrize(
@@ -42,12 +43,12 @@ def test_agentic_recipe_runs_episodes_and_trains_on_them(recipe, agent_overrides
     result = launch(f"recipe={recipe}", *TINY, *agent_overrides, f"run.dir={tmp_path}", timeout=600)
     assert result.returncode == 0, result.stderr[-4000:]
     logged = scalars(tmp_path)
-    assert logged["agent/episodes"] == {1: 2.0, 2: 2.0}
-    assert logged["agent/error_frac"] == {1: 0.0, 2: 0.0}
+    assert logged["agent/episodes"] == {1: 2.0}
+    assert logged["agent/error_frac"] == {1: 0.0}
     assert all(n >= 2 for n in logged["rollout/samples"].values())
-    assert logged["rollout/reward_mean"] == {1: 0.0, 2: 0.0}
-    assert logged["rollout/reward_errors"] == {1: 0.0, 2: 0.0}  # graded, not failed
-    assert logged["rollout/grading_errors"] == {1: 0.0, 2: 0.0}
+    assert logged["rollout/reward_mean"] == {1: 0.0}
+    assert logged["rollout/reward_errors"] == {1: 0.0}  # graded, not failed
+    assert logged["rollout/grading_errors"] == {1: 0.0}
     assert max(logged["train/mismatch_k3_kl"].values()) < 1e-4  # the trained ids are the sampled ids
     rollouts = (tmp_path / "rollouts.jsonl").read_text()
     assert "sandbox preflight passed in " in result.stdout  # before the warm start
@@ -63,7 +64,8 @@ def test_agentic_recipe_runs_episodes_and_trains_on_them(recipe, agent_overrides
 def test_mixed_sources_keep_their_share_of_every_batch(tmp_path):
     result = launch(
         "recipe=agentic_mix",
-        *TINY[:2],
+        *TINY[:1],
+        "run.steps=2",
         "rollout.prompts_per_step=2",
         "rollout.group_size=2",
         "agent.options.max_turns=1",

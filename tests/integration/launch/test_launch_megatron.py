@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from tests.integration.launch.test_launch import scalars
+from tests.integration.launch.launch_support import scalars
 from tests.integration.launch.test_launch_async import ASYNC_TAGS, _run
 
 TRAIN_TAGS = ["train/loss", "train/grad_norm", "train/mismatch_k3_kl", "timing/train_s", "timing/weight_sync_s"]

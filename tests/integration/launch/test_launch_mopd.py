@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.integration.launch.test_launch import launch, scalars
+from tests.integration.launch.launch_support import launch, scalars
 from tests.integration.teachers.teacher_support import perturbed_model
 
 SOURCE = "{source: synthetic_arithmetic, reward: math, agent: chat, agent_options: {max_tokens: 12}}"

@@ -14,7 +14,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.integration.launch.test_launch import launch, scalars
+from tests.integration.launch.launch_support import launch, scalars
 from tests.integration.launch.test_launch_async import TINY
 
 EMBEDDED_COMMAND = f"rollout.sglang.command=[{sys.executable},-m,loongsage.inference.embedded]"

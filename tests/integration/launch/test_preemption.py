@@ -1,7 +1,8 @@
 """The warning signal (SIGUSR2, what Slurm sends before a time limit or preemption) through the
 real entry point, outside Slurm: the run saves the last finished step and stops, a step waiting
 for its rollout is given up rather than finished, and the same command resumes with no prompt
-lost or trained twice. tests/slurm/test_requeue.py does the same through a real Slurm requeue."""
+lost or trained twice. A synchronous run's resume, step by step in the data's order, is
+tests/slurm/test_requeue.py's (the same signal, through a real Slurm requeue)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,7 @@ import subprocess
 import sys
 import time
 
-from tests.integration.launch.test_launch import TINY_RUN, launch, scalars
-from tests.integration.launch.test_launch_async import _checkpoint, _items_at, _stream_items, _trained_items
+from tests.integration.launch.launch_support import TINY_RUN, checkpoint, items_at, launch, scalars, stream_items, trained_items
 from tests.paths import REPO_ROOT
 
 # 4 prompts x 4 samples, each scored after 0.25 s: the rollout phase of a step takes ~4 s.
@@ -47,7 +47,7 @@ def _signal_after_step(run_dir, step: int, *overrides: str) -> tuple[int, str, f
     return process.returncode, "".join(lines) + rest, time.monotonic() - signalled
 
 
-def test_sync_run_stops_mid_rollout_and_resumes_where_it_stopped(tmp_path):
+def test_sync_run_stops_mid_rollout_keeping_what_it_had_taken(tmp_path):
     code, output, stop_s = _signal_after_step(tmp_path, 2)
     assert code == PREEMPTED_EXIT_CODE, output[-4000:]
     assert "[loongsage] stopping at step 2: checkpoint written" in output, output[-4000:]
@@ -55,20 +55,12 @@ def test_sync_run_stops_mid_rollout_and_resumes_where_it_stopped(tmp_path):
     # Step 3's rollout (~4 s of scoring) was given up, not waited for.
     assert "step 3/" not in output
     assert stop_s < 15, f"stopping took {stop_s:.1f} s"
-    data = _checkpoint(tmp_path, 2)["data"]
-    # Where step 2 left the stream: items 0-7 trained, any taken since (step 3's) unsettled.
+    data = checkpoint(tmp_path, 2)["data"]
+    # Where step 2 left the stream: items 0-7 trained, any taken since (step 3's) unsettled, so
+    # that a resume takes them first.
     assert sorted(index for _, index in data["pending"]) == list(range(8, data["next_index"][""]))
-
-    resumed = launch(*SLOW, f"run.dir={tmp_path}")
-    assert resumed.returncode == 0, resumed.stderr[-4000:]
-    assert "resumed from" in resumed.stdout and "at step 2" in resumed.stdout
-    assert sorted(scalars(tmp_path)["train/loss"]) == [1, 2, 3, 4, 5]
-    # Synchronous data order: step s trains the stream's s-th batch of 4 prompts, once.
-    stream = _stream_items(20)
-    by_step = {}
-    for step, item in _trained_items(tmp_path):
-        by_step.setdefault(step, set()).add(item)
-    assert by_step == {s: set(stream[4 * (s - 1) : 4 * s]) for s in range(1, 6)}
+    stream = stream_items(8)
+    assert set(trained_items(tmp_path)) == {(s, item) for s in (1, 2) for item in stream[4 * (s - 1) : 4 * s]}
 
 
 def test_fully_async_run_keeps_what_was_in_flight(tmp_path):
@@ -77,21 +69,19 @@ def test_fully_async_run_keeps_what_was_in_flight(tmp_path):
     assert code == PREEMPTED_EXIT_CODE, output[-4000:]
     stopped_at = int((tmp_path / "checkpoints" / "latest").read_text().strip().removeprefix("step_"))
     assert stopped_at >= 2
-    pending = _checkpoint(tmp_path, stopped_at)["data"]["pending"]
+    pending = checkpoint(tmp_path, stopped_at)["data"]["pending"]
     assert pending, "rollout runs ahead of training: the checkpoint must hold the items in flight"
-    before = [item for step, item in _trained_items(tmp_path) if step <= stopped_at]
+    before = [item for step, item in trained_items(tmp_path) if step <= stopped_at]
 
     resumed = launch(*SLOW, f"run.dir={tmp_path}", *async_run)
     assert resumed.returncode == 0, resumed.stderr[-4000:]
-    after = [item for step, item in _trained_items(tmp_path) if step > stopped_at]
+    after = [item for step, item in trained_items(tmp_path) if step > stopped_at]
     assert len(before + after) == len(set(before + after)) == 20, "an item was trained twice"
-    assert set(_items_at(pending)) <= set(after) | set(_items_at(_checkpoint(tmp_path, 5)["data"]["pending"]))
+    assert set(items_at(pending)) <= set(after) | set(items_at(checkpoint(tmp_path, 5)["data"]["pending"]))
     # Conservation: every item taken from the stream was trained or is pending in the last checkpoint.
-    last = _checkpoint(tmp_path, 5)
+    last = checkpoint(tmp_path, 5)
     assert max(scalars(tmp_path)["async/dropped_total"].values()) == 0
-    assert set(before) | set(after) | set(_items_at(last["data"]["pending"])) == set(
-        _stream_items(last["data"]["next_index"][""])
-    )
+    assert set(before) | set(after) | set(items_at(last["data"]["pending"])) == set(stream_items(last["data"]["next_index"][""]))
 
 
 def test_stop_after_the_warm_start_keeps_its_weights(tmp_path):
@@ -124,7 +114,7 @@ def test_stop_after_the_warm_start_keeps_its_weights(tmp_path):
     output = "".join(lines) + rest
     assert process.returncode == PREEMPTED_EXIT_CODE, output[-4000:]
     assert "[loongsage] stopping at step 0: checkpoint written" in output, output[-4000:]
-    assert _checkpoint(tmp_path, 0)["warm_started"] is True
+    assert checkpoint(tmp_path, 0)["warm_started"] is True
 
     resumed = launch(*agentic, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-4000:]

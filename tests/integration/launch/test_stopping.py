@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.launch.test_launch import TINY_RUN
+from tests.integration.launch.launch_support import TINY_RUN
 from tests.paths import REPO_ROOT
 
 # 4 prompts x 4 samples, each scored after 0.25 s: the rollout phase of a step takes ~4 s.

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.integration.launch.test_launch import launch, scalars
+from tests.integration.launch.launch_support import launch, scalars
 from tests.paths import REPO_ROOT
 
 FULLY_ASYNC = ["recipe=math_grpo", "run.mode=fully_async", "pipeline.max_staleness=1", "algorithm.is_level=token"]

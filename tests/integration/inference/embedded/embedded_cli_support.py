@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from loongsage.inference.sglang.ports import free_ports
 
 START_S = 180  # imports and model load on 2 shared, loaded cores
 
@@ -28,16 +29,10 @@ class EngineProcess:
         return self.log_path.read_text(errors="replace")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextmanager
 def engine_process(model_path: str, log_path: Path, *flags: str, start_s: float = START_S) -> Iterator[EngineProcess]:
     """Started and answering /health_generate; killed at the end if the test did not stop it."""
-    port = free_port()
+    port = free_ports("127.0.0.1", 1)[0]
     argv = [sys.executable, "-m", "loongsage.inference.embedded", "--model-path", model_path, "--port", str(port), *flags]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     with open(log_path, "wb") as log:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import shutil
-import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,6 +20,7 @@ from safetensors.torch import save_file
 
 from loongsage.inference.client import EngineClient, EngineError
 from loongsage.inference.embedded.weights import read_safetensors
+from loongsage.inference.sglang.ports import free_ports
 from loongsage.inference.weight_wire.process_group import WeightUpdateGroup
 from loongsage.transfer.transports import pack_inline
 from tests.integration.inference.embedded.engine_support import WAIT_S, running_engine
@@ -177,14 +177,8 @@ def test_buckets_that_each_carry_a_version_each_commit(engine, client, new_weigh
     assert_holds(engine, parts[0])
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
-
-
 def join(client: EngineClient, name: str) -> WeightUpdateGroup:
-    port = free_port()
+    port = free_ports("", 1)[0]
     with ThreadPoolExecutor(1) as pool:
         answer = pool.submit(client.init_weights_update_group, "127.0.0.1", port, 1, 2, name, "gloo")
         group = WeightUpdateGroup("gloo", "127.0.0.1", port, 0, 2, name)

@@ -6,7 +6,6 @@ HTTP worker thread, as it would from a trainer on another machine.
 
 from __future__ import annotations
 
-import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -15,6 +14,7 @@ import pytest
 import torch
 
 from loongsage.inference.client import EngineClient, EngineError
+from loongsage.inference.sglang.ports import free_ports
 from loongsage.inference.weight_wire.process_group import WeightUpdateGroup
 from loongsage.transfer.session import update_sessions
 from tests.integration.inference.embedded.engine_support import running_engine
@@ -37,12 +37,6 @@ def client(engine):
     client.close()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
-
-
 def post(engine, path: str, body) -> httpx.Response:
     return httpx.post(engine.base_url + path, json=body, timeout=60)
 
@@ -55,7 +49,7 @@ def init_body(name: str, **changes) -> dict:
 def join(client: EngineClient, name: str) -> WeightUpdateGroup:
     """The engine joins as rank 1 (its HTTP call returns once the group has formed) while the
     test joins as rank 0."""
-    port = free_port()
+    port = free_ports("", 1)[0]
     with ThreadPoolExecutor(1) as pool:
         answer = pool.submit(client.init_weights_update_group, "127.0.0.1", port, 1, 2, name, "gloo")
         group = WeightUpdateGroup("gloo", "127.0.0.1", port, 0, 2, name)

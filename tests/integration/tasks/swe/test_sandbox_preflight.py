@@ -83,7 +83,7 @@ def test_check_command_reports_the_preflight_that_passed(tmp_path):
 
 
 def test_a_run_refuses_to_start_on_a_backend_that_cannot_run_python(tmp_path):
-    from tests.integration.launch.test_launch import launch
+    from tests.integration.launch.launch_support import launch
 
     result = launch(
         "recipe=agentic_swe", "model=tiny", "run.steps=1", f"agent.sandbox={NO_PYTHON}", f"run.dir={tmp_path}", timeout=600
