@@ -11,8 +11,8 @@ import textwrap
 import pytest
 import torch
 
+from loongsage.inference.sglang.ports import free_ports
 from loongsage.inference.weight_wire.process_group import WeightUpdateGroup
-from tests.integration.inference.embedded.embedded_cli_support import free_port
 
 RECEIVER = textwrap.dedent(
     """
@@ -30,7 +30,7 @@ RECEIVER = textwrap.dedent(
 
 def test_a_receiver_built_by_sglang_gets_our_broadcast():
     pytest.importorskip("sglang.srt.utils.common")
-    port = free_port()
+    port = free_ports("127.0.0.1", 1)[0]
     receiver = subprocess.Popen([sys.executable, "-c", RECEIVER, str(port)], stdout=subprocess.PIPE, text=True)
     group = WeightUpdateGroup("gloo", "127.0.0.1", port, 0, 2, "weights-1")
     group.broadcast(torch.arange(6.0))
