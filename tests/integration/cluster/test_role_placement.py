@@ -166,12 +166,14 @@ def run_child(script: str) -> dict:
     return json.loads(lines[-1][len("RESULT ") :])
 
 
-@pytest.fixture(scope="module")
+# Session-scoped though only this module uses them: a pytest-xdist worker tears module fixtures
+# down whenever its queue runs dry, and these child runs (a Ray each) are the module's cost.
+@pytest.fixture(scope="session")
 def placed() -> dict:
     return run_child(SCRIPT)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def groups() -> dict:
     return run_child(GROUPS_SCRIPT)
 
