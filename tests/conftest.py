@@ -78,4 +78,12 @@ def pytest_collection_modifyitems(items) -> None:
     for item in items:
         module = item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group("slurm" if module.startswith("tests/slurm/") else module))
-    items.sort(key=lambda item: next((i for i, p in enumerate(LONGEST_FIRST) if item.nodeid.startswith(p)), len(LONGEST_FIRST)))
+    items.sort(key=_deal_order)
+
+
+def _deal_order(item) -> int:
+    """The index of the first LONGEST_FIRST prefix the test's path starts with; after all of them if none."""
+    for order, prefix in enumerate(LONGEST_FIRST):
+        if item.nodeid.startswith(prefix):
+            return order
+    return len(LONGEST_FIRST)
