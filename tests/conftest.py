@@ -66,6 +66,9 @@ def ray_runtime():
 LONGEST_FIRST = ("tests/slurm/", "tests/integration/launch/")
 
 
+# tryfirst: pytest-xdist's own hook reads the xdist_group marks to name each test's group; after
+# it, marks added here would name none, and `--dist loadgroup` would deal test by test.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items) -> None:
     """Under pytest-xdist (`-n 2 --dist loadgroup`, the README's test command) each module runs
     on one worker, so that its module- and session-scoped runs (a smoke run, a Ray of fake GPUs)
