@@ -63,7 +63,26 @@ def ray_runtime():
     sweep_orphans()
 
 
-LONGEST_FIRST = ("tests/slurm/", "tests/integration/launch/")
+# The groups dealt first, longest first (as measured by --durations on CI): the Slurm tests (about
+# 10 minutes on one worker), the one real-model launch (5), then the launch modules with the most
+# runs. A long group dealt late would keep one worker busy alone at the end.
+LONGEST_FIRST = (
+    "tests/slurm/",
+    "tests/integration/launch/test_validate_fully_async.py",
+    "tests/integration/launch/test_stopping.py",
+    "tests/integration/launch/test_launch_agentic.py",
+    "tests/integration/launch/test_preemption.py",
+    "tests/integration/launch/",
+    "tests/integration/training/megatron/",
+    "tests/integration/transfer/",
+    "tests/integration/inference/sglang/",
+)
+
+
+def pytest_configure(config) -> None:
+    # pytest-xdist deals the groups with the most tests first unless told to keep this order.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 # tryfirst: pytest-xdist's own hook reads the xdist_group marks to name each test's group; after
@@ -74,8 +93,7 @@ def pytest_collection_modifyitems(items) -> None:
     on one worker, so that its module- and session-scoped runs (a smoke run, a Ray of fake GPUs)
     happen once, not once per worker; the Slurm tests run one after another on one worker (they
     share one two-node cluster, and two jobs at once would queue behind each other against their
-    timeouts). The longest groups are dealt first (Slurm's, then the launch modules'): a long
-    group dealt last would keep one worker busy alone at the end."""
+    timeouts). The groups are dealt in LONGEST_FIRST's order, the rest after them as collected."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     for item in items:
