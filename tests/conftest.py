@@ -102,6 +102,17 @@ def pytest_collection_modifyitems(items) -> None:
     items.sort(key=_deal_order)
 
 
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    """pytest-xdist names a test's group in its node id ("...::test@group"). Where it cannot (pytest
+    9.2 keeps node ids elsewhere; setup.cfg pins pytest for this), it deals test by test without a
+    word, and a Slurm job or a module's fixtures run on both workers at once: stop instead."""
+    if node.config.getvalue("dist") == "loadgroup" and ids and "@" not in ids[0]:
+        raise pytest.UsageError(
+            f"pytest-xdist's --dist loadgroup cannot group the tests under pytest {pytest.__version__}: "
+            "install the versions setup.cfg's [test] extra pins (pip install -e '.[test]')"
+        )
+
+
 def _deal_order(item) -> int:
     """The index of the first LONGEST_FIRST prefix the test's path starts with; after all of them if none."""
     for order, prefix in enumerate(LONGEST_FIRST):
