@@ -63,7 +63,7 @@ def ray_runtime():
     sweep_orphans()
 
 
-# The groups dealt first, longest first (as measured by --durations on CI): the Slurm tests (about
+# The groups dealt first, longest first (as measured by --durations on a 2-core machine): the Slurm tests (about
 # 10 minutes on one worker), the one real-model launch (5), then the launch modules with the most
 # runs. A long group dealt late would keep one worker busy alone at the end.
 LONGEST_FIRST = (
@@ -102,6 +102,7 @@ def pytest_collection_modifyitems(items) -> None:
     items.sort(key=_deal_order)
 
 
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: unknown where xdist is not loaded
 def pytest_xdist_node_collection_finished(node, ids) -> None:
     """pytest-xdist names a test's group in its node id ("...::test@group"). Where it cannot (pytest
     9.2 keeps node ids elsewhere; setup.cfg pins pytest for this), it deals test by test without a
