@@ -7,6 +7,7 @@ import os
 import pytest
 from hypothesis import settings
 
+from loongsage.cluster.ray_settings import apply_ray_settings
 from loongsage.logs import setup_logging
 
 # The time per test folder at the end of a run.
@@ -14,6 +15,10 @@ pytest_plugins = ["tests.folder_times"]
 
 # Tests share 2 cores with each other's actors; one thread each keeps them from thrashing.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+# The Ray settings of a run (no prestarted workers, actors at the tests' priority) for every Ray
+# the tests start, in this process or in a child.
+apply_ray_settings()
 
 # Hypothesis fails an example that runs past 200 ms by default; on 2 loaded cores a fast example
 # can be descheduled that long. No property test here is about speed.

@@ -32,7 +32,8 @@ import time
 
 import httpx
 
-from loongsage.agentflow.router import Router, RouterConfig, RouterServer
+from loongsage.agentflow.router import Router, RouterConfig
+from loongsage.agentflow.router.server import RouterServer
 from loongsage.bench import agentflow_engines
 from loongsage.bench.engine_process import opening_message, start_engine_process
 from loongsage.bench.repeat import add_repeats_argument, interleaved, pair_ratios, ratio_line, runs_note

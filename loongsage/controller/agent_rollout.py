@@ -20,7 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 from loongsage.agentflow.agents import Agent, AgentResult, AgentTask, Endpoint, build_agent
-from loongsage.agentflow.router import Router, RouterConfig, RouterServer, SamplingDefaults, to_samples
+from loongsage.agentflow.router import Router, RouterConfig, SamplingDefaults, to_samples
+from loongsage.agentflow.router.server import RouterServer
 from loongsage.agentflow.sandbox import SandboxError, SandboxLimits, create_sandbox
 from loongsage.config import Config
 from loongsage.config.data_mix import SINGLE_SOURCE

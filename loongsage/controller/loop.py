@@ -25,7 +25,6 @@ from loongsage.algorithms.advantages import get_advantage
 from loongsage.cluster.actor_placement import place_actors
 from loongsage.config import Config
 from loongsage.config.teacher_rules import teacher_routes
-from loongsage.controller.agent_rollout import AgentRolloutSource
 from loongsage.controller.checkpoint import latest_checkpoint, load_controller_state, save_checkpoint
 from loongsage.controller.completion_rollout import CompletionRolloutSource
 from loongsage.controller.completion_sampler import CompletionSampler
@@ -184,6 +183,9 @@ class Controller:
     def _rollout_source(self, model_path: str) -> RolloutSource:
         """Agent episodes through the router when an agent is configured, else one completion per sample."""
         if self.cfg.agent.name:
+            # Imported here: the router it runs (FastAPI) is for runs with an agent only.
+            from loongsage.controller.agent_rollout import AgentRolloutSource
+
             return AgentRolloutSource(self.cfg, self.engines, model_path)
         rewards = RewardPool(self.cfg.data.reward, self.cfg.data.num_reward_workers)
         sampler = CompletionSampler(self.cfg.rollout, self.engines, model_path)

@@ -20,6 +20,7 @@ from pathlib import Path
 import ray
 from omegaconf import OmegaConf
 
+from loongsage.cluster.ray_settings import apply_ray_settings
 from loongsage.config import Config
 from loongsage.controller.engine_failure import EngineDied
 from loongsage.controller.stopping import RunStop
@@ -130,12 +131,7 @@ def _say_how_to_go_on(cfg: Config, stop: RunStop, run_dir: Path) -> None:
 
 def _init_ray(cfg: Config):
     """Connect to Ray: on Slurm, first bring it up across the allocation (returned, to stop)."""
-    # Ray starts its workers at nice 15, below the controller, its router and the sandboxes
-    # (nice 0): on a shared CPU the trainer and the engines then get a few percent of a core
-    # whenever anything else runs, and step times swing with whatever that is. Every process
-    # of a run is part of the same job, so all run at the same priority (the raylet reads
-    # this from its environment, here and under `ray start` on Slurm).
-    os.environ.setdefault("RAY_worker_niceness", "0")
+    apply_ray_settings()
     if cfg.cluster.name == "slurm":
         from loongsage.cluster.bootstrap import allocation_from_env, check_allocation, start_ray
 

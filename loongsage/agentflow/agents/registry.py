@@ -6,21 +6,19 @@ from collections.abc import Callable
 from typing import Any
 
 from loongsage.agentflow.agents.base import Agent
-from loongsage.agentflow.agents.blackbox import BlackBoxAgent
-from loongsage.agentflow.agents.chat_agent import ChatAgent
-from loongsage.agentflow.agents.miniswe import MiniSweAgent
-from loongsage.agentflow.agents.opencode import OpenCodeAgent
-from loongsage.agentflow.agents.tool_agent import ToolAgent
 from loongsage.registry import Registry
 
 # An entry is a factory called with the config's agent options as keywords, returning an Agent
 # (something with `run(task, endpoint)`): a class, or a function annotated to return one.
+# Registered by import path: the agents import the openai client (a second of CPU), which every
+# process that reads an AgentResult (the reward workers, the controller of a run without an
+# agent) would otherwise pay.
 AGENTS: Registry[Callable[..., Agent]] = Registry("agent")
-AGENTS.register("chat", ChatAgent)
-AGENTS.register("tool", ToolAgent)
-AGENTS.register("blackbox", BlackBoxAgent)
-AGENTS.register("mini_swe_agent", MiniSweAgent)
-AGENTS.register("opencode", OpenCodeAgent)
+AGENTS.register_lazy("chat", "loongsage.agentflow.agents.chat_agent:ChatAgent")
+AGENTS.register_lazy("tool", "loongsage.agentflow.agents.tool_agent:ToolAgent")
+AGENTS.register_lazy("blackbox", "loongsage.agentflow.agents.blackbox:BlackBoxAgent")
+AGENTS.register_lazy("mini_swe_agent", "loongsage.agentflow.agents.miniswe:MiniSweAgent")
+AGENTS.register_lazy("opencode", "loongsage.agentflow.agents.opencode:OpenCodeAgent")
 
 
 def build_agent(name_or_path: str, options: dict[str, Any] | None = None) -> Agent:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import ray
 
 from loongsage.cluster.cpu_placement import pin_this_process
 from loongsage.cluster.hosts import serving_host
 from loongsage.cluster.placement import ray_gpu_ids
-from loongsage.inference.embedded.engine import Engine, EngineConfig
-from loongsage.inference.embedded.server import EmbeddedServer
+
+if TYPE_CHECKING:
+    from loongsage.inference.embedded.server import EmbeddedServer
 
 
 @ray.remote
@@ -17,6 +20,10 @@ class EmbeddedEngineActor:
     actor was given to use more."""
 
     def __init__(self, model_path: str, engine_cfg: dict, cpus: list[int] | None = None):
+        # The engine is imported here, in the actor's process: the controller imports this module
+        # only to name the actor class, and would pay for the model code and the HTTP server.
+        from loongsage.inference.embedded.engine import EngineConfig
+
         if cpus:  # before the engine starts any thread: they all inherit it
             pin_this_process(cpus)
         self.model_path = str(model_path)
@@ -28,6 +35,9 @@ class EmbeddedEngineActor:
         """Loads the model and serves it on a free port (loopback, or the node's address when the
         Ray cluster spans machines); returns the base URL."""
         if self.server is None:
+            from loongsage.inference.embedded.engine import Engine
+            from loongsage.inference.embedded.server import EmbeddedServer
+
             self.server = EmbeddedServer(Engine(self.model_path, self.cfg), host=serving_host())
             self.server.start()
         return self.server.base_url

@@ -51,10 +51,8 @@ def read_safetensors(model_dir: str | Path) -> list[tuple[str, torch.Tensor]]:
 
 def load_model(model_dir: str | Path, dtype: torch.dtype = torch.float32) -> LlamaModel:
     cfg = ModelConfig.from_dir(model_dir)
-    # Build on the meta device: random init of a real model would be thrown away anyway.
-    with torch.device("meta"):
-        model = LlamaModel(cfg)
-    model = model.to_empty(device="cpu").to(dtype)
+    # Its layers skip the random init (llama.Linear): the memory is allocated, and then read.
+    model = LlamaModel(cfg).to(dtype)
     if cfg.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     model.inv_freq = rope_inv_freq(cfg)

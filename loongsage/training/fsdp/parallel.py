@@ -13,18 +13,12 @@ from contextlib import contextmanager
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-)
-from torch.distributed.tensor import DTensor
+
+# torch.distributed.checkpoint is imported where a state dict is taken or loaded: it pulls in
+# DTensor's op tables and sympy, a second of CPU that the controller (which imports the worker
+# only to name its actor class) and a rank that never saves would pay for nothing.
 
 STRATEGIES = ("ddp", "fsdp2")  # trainer.strategy
-# Gathered to CPU on rank 0 only: the other ranks would just throw their copy away.
-FULL_ON_RANK0 = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
 def wrap_model(model: nn.Module, strategy: str) -> nn.Module:
@@ -66,33 +60,48 @@ def clip_grad_norm(model: nn.Module, max_norm: float) -> float:
 
 def full_model_state(model: nn.Module) -> dict[str, Tensor]:
     """HF-named full weights on rank 0 (empty elsewhere). Collective: call on every rank."""
-    return get_model_state_dict(model, options=FULL_ON_RANK0)
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    return get_model_state_dict(model, options=_full_on_rank0())
 
 
 def full_weights_in_lockstep(model: nn.Module, skip: set[str]) -> Iterator[tuple[str, Tensor]]:
     """Each full tensor (HF-named, contiguous, on the CPU) but those named in `skip`, on every rank,
     one at a time. Collective: every rank reads it to the end, in the same order. A rank that sends
-    a share of a weight push keeps only what it sends, where FULL_ON_RANK0 would hold the whole
-    model on rank 0."""
+    a share of a weight push keeps only what it sends, where `full_model_state` would hold the
+    whole model on rank 0."""
     inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
     for name, value in inner.state_dict().items():
         if name in skip:
             continue
-        full = value.full_tensor() if isinstance(value, DTensor) else value
+        full = value.full_tensor() if hasattr(value, "full_tensor") else value  # a DTensor under FSDP2
         yield name, full.detach().cpu().contiguous()
 
 
 def load_full_model_state(model: nn.Module, state: dict[str, Tensor]) -> None:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
     # strict=False: a tied weight (lm_head = embed_tokens) is stored once, as HF does.
     set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=False))
 
 
 def full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    return get_optimizer_state_dict(model, optimizer, options=FULL_ON_RANK0)
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    return get_optimizer_state_dict(model, optimizer, options=_full_on_rank0())
 
 
 def load_full_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
     set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+
+def _full_on_rank0():
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    # Gathered to CPU on rank 0 only: the other ranks would just throw their copy away.
+    return StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
 def tied_parameter_names(model: nn.Module) -> set[str]:

@@ -1,5 +1,7 @@
 """The smoke run that CI and users rely on, through the real entry point: Hydra, Ray actors,
-HTTP engine, trainer, TensorBoard files, checkpoints and resume."""
+HTTP engine, trainer, TensorBoard files, checkpoints and resume, and the fully asynchronous mode
+held to staleness 0 giving the same run. The smoke run is made once and read by each test here
+(one module: pytest-xdist gives it to one worker, so it is not made twice)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,19 @@ TAGS = [
     "timing/train_s",
     "timing/weight_sync_s",
 ]
+
+
+@pytest.fixture(scope="module")
+def three_step_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("uninterrupted")
+    result = launch(*SMOKE, "run.steps=3", f"run.dir={run_dir}")
+    assert result.returncode == 0, result.stderr[-4000:]
+    return run_dir, result
+
+
+def _responses(run_dir) -> list[tuple[int, str, float]]:
+    rows = [json.loads(line) for line in (run_dir / "rollouts.jsonl").read_text().splitlines()]
+    return [(r["step"], r["response"], r["reward"]) for r in rows]
 
 
 def test_smoke_run_writes_everything_a_user_looks_at(three_step_run):
@@ -68,6 +83,26 @@ def test_resume_gives_the_same_next_step(three_step_run, tmp_path):
     assert sorted(resumed["train/loss"]) == [1, 2, 3]
     for tag in ("rollout/reward_mean", "rollout/response_len_mean", "train/loss", "train/grad_norm"):
         assert resumed[tag][3] == pytest.approx(expected[tag][3], rel=1e-4, abs=1e-6), tag
+
+
+def test_max_staleness_zero_reproduces_the_synchronous_run(three_step_run, tmp_path):
+    sync, _ = three_step_run
+    gated = tmp_path / "async0"
+    result = launch(
+        *SMOKE,
+        "run.steps=3",
+        f"run.dir={gated}",
+        "run.mode=fully_async",
+        "pipeline.max_staleness=0",
+        "pipeline.window=window_gated",
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert _responses(gated) == _responses(sync)
+    expected, got = scalars(sync), scalars(gated)
+    for tag in ("rollout/reward_mean", "rollout/response_len_mean", "train/loss", "train/grad_norm", "train/entropy"):
+        for step in (1, 2, 3):
+            assert got[tag][step] == pytest.approx(expected[tag][step], rel=1e-5, abs=1e-7), (tag, step)
+    assert set(got["async/staleness_max"].values()) == {0.0}
 
 
 def test_print_config_and_refuse_bad_keys():

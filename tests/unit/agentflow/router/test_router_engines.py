@@ -7,7 +7,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from loongsage.agentflow.router import Router, RouterConfig, RouterServer
+from loongsage.agentflow.router import Router, RouterConfig
+from loongsage.agentflow.router.server import RouterServer
 from loongsage.inference.engine_roster import EngineRoster
 from tests.standins.engine import StandinEngine
 
