@@ -69,7 +69,7 @@ def ray_runtime():
 
 
 # The groups dealt first, longest first (as measured by --durations on a 2-core machine): the Slurm tests (about
-# 10 minutes on one worker), the one real-model launch (5), then the launch modules with the most
+# 9 minutes on one worker), the one real-model launch (6), then the launch modules with the most
 # runs. A long group dealt late would keep one worker busy alone at the end.
 LONGEST_FIRST = (
     "tests/slurm/",
