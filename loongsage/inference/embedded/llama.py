@@ -129,8 +129,8 @@ def _llama3_inv_freq(inv_freq: torch.Tensor, rope: dict) -> torch.Tensor:
 
 class Linear(nn.Linear):
     """nn.Linear without its random init: every weight is read from the checkpoint (load_model
-    refuses one that lacks any), and a random init on the meta device would import torch's
-    compiler, a second of CPU at every engine start."""
+    refuses one that lacks any), so the init would be thrown away; done on the meta device
+    instead, it imports torch's compiler, a second of CPU at every engine start."""
 
     def reset_parameters(self) -> None:
         pass
