@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loongsage.models.smollm2 import smollm2_dir
-from loongsage.models.tiny import tiny_dir
+from loongsage.models.tiny import tiny_dir, tiny_moe_dir
 from loongsage.registry import Registry
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -15,6 +15,8 @@ DEFAULT_MODEL = "smollm2-135m"
 MODELS: Registry[Callable[[], Path]] = Registry("model")
 MODELS.register(DEFAULT_MODEL, smollm2_dir)
 MODELS.register("tiny", tiny_dir)
+MODELS.register("tiny-moe", tiny_moe_dir)
+MODELS.register_lazy("smollm2-moe", "loongsage.models.upcycle:smollm2_moe_dir")
 # The mopd recipe's teachers: made on this machine by loongsage.teachers.make when missing.
 MODELS.register_lazy("teacher-sum", "loongsage.teachers.make:teacher_sum")
 MODELS.register_lazy("teacher-product", "loongsage.teachers.make:teacher_product")

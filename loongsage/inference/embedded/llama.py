@@ -1,4 +1,5 @@
-"""A compact Llama-family decoder for inference on CPU.
+"""A compact Llama-family decoder for inference on CPU: Llama, Qwen2, Qwen3 and their
+mixture-of-experts kin Qwen2-MoE and Qwen3-MoE (experts.py).
 
 Parameter names mirror Hugging Face's (`model.layers.N.self_attn.q_proj.weight`, ...) so that
 safetensors checkpoints and trainer weight updates apply by name without a mapping table.
@@ -17,7 +18,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
+from loongsage.inference.embedded.experts import GatedMLP, MoeShape, SparseMoe
+from loongsage.inference.embedded.layers import Embedding, Linear, RMSNorm, linear
+
+SUPPORTED_ARCHITECTURES = (
+    "LlamaForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+    "Qwen2MoeForCausalLM",
+    "Qwen3MoeForCausalLM",
+)
+# Qwen2 and Qwen2-MoE always carry q/k/v biases (older configs have no key saying so); Qwen3's
+# attention normalizes each head of q and k before RoPE.
+QKV_BIAS_ARCHITECTURES = ("Qwen2ForCausalLM", "Qwen2MoeForCausalLM")
+QK_NORM_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
 
 
 class UnsupportedModelError(ValueError):
@@ -41,6 +55,8 @@ class ModelConfig:
     qkv_bias: bool
     o_bias: bool
     mlp_bias: bool
+    qk_norm: bool
+    moe: MoeShape | None  # None: every layer has a dense MLP
     eos_token_ids: tuple[int, ...]
 
     @classmethod
@@ -55,8 +71,7 @@ class ModelConfig:
                 f"embedded engine (supported: {', '.join(SUPPORTED_ARCHITECTURES)})"
             )
         heads = raw["num_attention_heads"]
-        # Qwen2 always carries q/k/v biases and has no `attention_bias` key; Llama's
-        # `attention_bias` covers o_proj too.
+        # Llama's and Qwen3's `attention_bias` covers o_proj too.
         attention_bias = bool(raw.get("attention_bias", False))
         return cls(
             architecture=arch,
@@ -71,9 +86,11 @@ class ModelConfig:
             rope=_rope_parameters(raw),
             max_position_embeddings=raw.get("max_position_embeddings", 2048),
             tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
-            qkv_bias=arch == "Qwen2ForCausalLM" or attention_bias,
+            qkv_bias=arch in QKV_BIAS_ARCHITECTURES or attention_bias,
             o_bias=attention_bias,
             mlp_bias=bool(raw.get("mlp_bias", False)),
+            qk_norm=arch in QK_NORM_ARCHITECTURES,
+            moe=MoeShape.from_config(raw, raw["num_hidden_layers"]),
             eos_token_ids=_eos_token_ids(model_dir, raw),
         )
 
@@ -127,34 +144,6 @@ def _llama3_inv_freq(inv_freq: torch.Tensor, rope: dict) -> torch.Tensor:
     return torch.where(medium, smoothed, scaled)
 
 
-class Linear(nn.Linear):
-    """nn.Linear without its random init: every weight is read from the checkpoint (load_model
-    refuses one that lacks any), so the init would be thrown away; done on the meta device
-    instead, it imports torch's compiler, a second of CPU at every engine start."""
-
-    def reset_parameters(self) -> None:
-        pass
-
-
-class Embedding(nn.Embedding):
-    """nn.Embedding without its random init, as Linear."""
-
-    def reset_parameters(self) -> None:
-        pass
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
-
-
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
     """x: [..., D] (half-rotation layout, as HF Llama); cos/signed_sin broadcast against it.
 
@@ -163,15 +152,6 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> 
     """
     half = x.shape[-1] // 2
     return x * cos + torch.cat((x[..., half:], x[..., :half]), dim=-1) * signed_sin
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear computed as (weight @ x.T).T, returned as a transposed view: MKL runs the skinny
-    decode shapes (a handful to a few dozen rows against a weight that does not fit in cache)
-    up to twice as fast in this orientation, and large prefill shapes equally fast."""
-    flat = x.reshape(-1, x.shape[-1])
-    out = torch.mm(weight, flat.t()) if bias is None else torch.addmm(bias[:, None], weight, flat.t())
-    return out.t().view(*x.shape[:-1], weight.shape[0])
 
 
 def fuse_linears(*linears: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -198,14 +178,20 @@ class Attention(nn.Module):
         self.k_proj = Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
         self.v_proj = Linear(cfg.hidden_size, cfg.num_kv_heads * cfg.head_dim, bias=cfg.qkv_bias)
         self.o_proj = Linear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, bias=cfg.o_bias)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
 
     def qkv(self, x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor):
         """x: [B, T, hidden] -> q [B, T, H, D], k/v [B, T, KVH, D] with RoPE applied; cos/sin [B, T, 1, D]."""
         b, t, _ = x.shape
         heads = self.num_heads + 2 * self.num_kv_heads
         qkv = linear(x, self.fused_weight, self.fused_bias).view(b, t, heads, self.head_dim)
+        qk = qkv[:, :, : self.num_heads + self.num_kv_heads]
+        if hasattr(self, "q_norm"):
+            qk = torch.cat((self.q_norm(qk[:, :, : self.num_heads]), self.k_norm(qk[:, :, self.num_heads :])), dim=2)
         # q and k share one RoPE pass: half the elementwise calls of rotating them apart.
-        qk = apply_rope(qkv[:, :, : self.num_heads + self.num_kv_heads], cos, signed_sin)
+        qk = apply_rope(qk, cos, signed_sin)
         return qk[:, :, : self.num_heads], qk[:, :, self.num_heads :], qkv[:, :, self.num_heads + self.num_kv_heads :]
 
     def fuse(self) -> None:
@@ -217,27 +203,31 @@ class Attention(nn.Module):
         return linear(attn.reshape(b, t, -1), self.o_proj.weight, self.o_proj.bias)
 
 
-class MLP(nn.Module):
-    def __init__(self, cfg: ModelConfig):
-        super().__init__()
-        self.gate_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
-        self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
-        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, bias=cfg.mlp_bias)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # gate/up stay separate: fused into one [2I, H] matmul they measured slower on CPU.
-        gate = linear(x, self.gate_proj.weight, self.gate_proj.bias)
-        up = linear(x, self.up_proj.weight, self.up_proj.bias)
-        return linear(F.silu(gate) * up, self.down_proj.weight, self.down_proj.bias)
-
-
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, index: int):
         super().__init__()
         self.self_attn = Attention(cfg)
-        self.mlp = MLP(cfg)
+        self.sparse = cfg.moe is not None and index in cfg.moe.sparse_layers
+        self.top_k = cfg.moe.top_k if cfg.moe else 0
+        if self.sparse:
+            self.mlp = SparseMoe(cfg.moe, cfg.hidden_size)
+        else:
+            self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size, bias=cfg.mlp_bias)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def feed_forward(self, x: torch.Tensor, routed: list[torch.Tensor] | None) -> torch.Tensor:
+        """x plus the MLP's (or the experts') output. `routed`, when given, gets this layer's chosen
+        experts [..., top_k] appended: -1 on a dense layer of an MoE model."""
+        h = self.post_attention_layernorm(x)
+        if not self.sparse:
+            if routed is not None:
+                routed.append(torch.full((*h.shape[:-1], self.top_k), -1))
+            return x + self.mlp(h)
+        out, experts = self.mlp(h)
+        if routed is not None:
+            routed.append(experts)
+        return x + out
 
 
 class Backbone(nn.Module):
@@ -246,7 +236,7 @@ class Backbone(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, index) for index in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
 
@@ -299,7 +289,12 @@ class LlamaModel(nn.Module):
         return hidden[0], keys[:, 0], values[:, 0]
 
     @torch.inference_mode()
-    def prefill_batch(self, prompts: list[torch.Tensor], past: tuple[torch.Tensor, torch.Tensor] | None = None):
+    def prefill_batch(
+        self,
+        prompts: list[torch.Tensor],
+        past: tuple[torch.Tensor, torch.Tensor] | None = None,
+        routed: list[torch.Tensor] | None = None,
+    ):
         """Causal forward over several prompts at once, right-padded to the longest.
 
         `past` is the keys/values ([layers, kv_heads, P, head_dim]) of a prefix every prompt
@@ -308,7 +303,8 @@ class LlamaModel(nn.Module):
         Causal attention keeps every real token blind to the padding after it, so no padding mask
         is needed; outputs at padded positions are garbage the caller slices off.
         Returns (hidden [N, T, hidden] after the final norm, keys, values [layers, N, kv_heads, T, head_dim])
-        for the prompts' own tokens.
+        for the prompts' own tokens. `routed`, when given, receives each layer's chosen experts
+        [N, T, top_k] (an MoE model's; see DecoderLayer.feed_forward).
         """
         n, t = len(prompts), max(p.shape[0] for p in prompts)
         start = 0 if past is None else past[0].shape[2]
@@ -331,19 +327,25 @@ class LlamaModel(nn.Module):
                 seen_v = torch.cat((past[1][i].expand(n, -1, -1, -1), v), dim=2)
                 out = F.scaled_dot_product_attention(q, seen_k, seen_v, attn_mask=mask, enable_gqa=True)
             x = x + attn.out(out.transpose(1, 2))
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            x = layer.feed_forward(x, routed)
             keys.append(k)
             values.append(v)
         return self.model.norm(x), torch.stack(keys), torch.stack(values)
 
     @torch.inference_mode()
     def decode(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        routed: list[torch.Tensor] | None = None,
     ) -> torch.Tensor:
         """One token for each of B running sequences held in cache slots 0..B-1.
 
         input_ids, positions: [B]; caches: [layers, slots, kv_heads, capacity, head_dim].
         Writes this step's keys/values at `positions` and returns normed hidden [B, hidden].
+        `routed`: as for prefill_batch, [B, 1, top_k] per layer.
         """
         b = input_ids.shape[0]
         span = int(positions.max()) + 1
@@ -362,7 +364,7 @@ class LlamaModel(nn.Module):
             flat_v.index_copy_(0, slots, v.reshape(-1, v.shape[-1]))
             out = _decode_attention(q[:, 0], k_cache[i, :b, :, :span], v_cache[i, :b, :, :span], bias)
             x = x + attn.out(out[:, None])
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            x = layer.feed_forward(x, routed)
         return self.model.norm(x[:, 0])
 
 
