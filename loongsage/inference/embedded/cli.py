@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default="info", type=str.lower, choices=LOG_LEVELS)
     parser.add_argument("--trust-remote-code", action="store_true", help="accepted; only Llama-family models load")
     parser.add_argument("--disable-cuda-graph", action="store_true", help="accepted; no meaning on CPU")
+    parser.add_argument(
+        "--enable-return-routed-experts", action="store_true", help="requests may ask for return_routed_experts (R3)"
+    )
     return parser
 
 
@@ -108,6 +111,8 @@ def engine_config(args: argparse.Namespace, environ: dict | None = None) -> Engi
         cfg["max_running"] = args.max_running_requests
     if args.random_seed is not None:
         cfg["seed"] = args.random_seed
+    if args.enable_return_routed_experts:
+        cfg["return_routed_experts"] = True
     threads = _omp_threads(os.environ if environ is None else environ)
     if threads is not None:
         cfg["num_threads"] = threads

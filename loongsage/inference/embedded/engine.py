@@ -35,6 +35,8 @@ class EngineConfig:
     # Keep the storages a weight update replaces for the next one to write into (staging.py: no
     # allocation per push, but a second copy of the weights resident between pushes).
     weight_spares: bool = True
+    # R3: requests may ask for the experts each token was routed to (SGLang's --enable-return-routed-experts).
+    return_routed_experts: bool = False
 
     @classmethod
     def from_dict(cls, cfg: dict | None) -> EngineConfig:
@@ -69,7 +71,7 @@ class Engine:
         self.tokenizer = _load_tokenizer(model_path)
         model_cfg = self.model.cfg
         max_context = min(self.cfg.max_context, model_cfg.max_position_embeddings)
-        self.limits = Limits(model_cfg.vocab_size, max_context, model_cfg.eos_token_ids)
+        self.limits = Limits(model_cfg.vocab_size, max_context, model_cfg.eos_token_ids, self._routed_experts_refused())
         self.weight_version = self.cfg.weight_version
         self.scheduler = Scheduler(
             self.model,
@@ -83,6 +85,13 @@ class Engine:
         # A weight-update session's buckets until they commit.
         self.staged = StagedWeights(self.model, not_loaded=self.memory.not_loaded, keep_spares=self.cfg.weight_spares)
         self.scheduler.start()
+
+    def _routed_experts_refused(self) -> str | None:
+        if self.model.cfg.moe is None:
+            return f"{self.model_path} is not a mixture-of-experts model"
+        if not self.cfg.return_routed_experts:
+            return "the engine was started without --enable-return-routed-experts"
+        return None
 
     def stop(self) -> None:
         self.scheduler.stop()

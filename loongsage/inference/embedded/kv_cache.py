@@ -69,6 +69,8 @@ class PrefillResult:
     prompt_logprobs: list[float] | None = None
     # (ids, logprobs) [T - 1, k] of the k most likely tokens at each of those positions
     prompt_top: tuple[torch.Tensor, torch.Tensor] | None = None
+    # An MoE model's chosen experts per prompt token [T, layers, top_k] (int32); None for a dense one
+    experts: torch.Tensor | None = None
 
     def holds_prompt_logprobs(self, top_k: int) -> bool:
         return self.prompt_logprobs is not None and (

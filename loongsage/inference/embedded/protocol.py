@@ -8,11 +8,14 @@ step, which would abort every other request in the batch with it.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import math
 import uuid
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 from loongsage.inference.embedded.request import Sequence
 from loongsage.inference.embedded.sampling import SamplingParams
@@ -27,6 +30,7 @@ GENERATE_FIELDS = {
     "rid",
     "stream",
     "return_text_in_logprobs",
+    "return_routed_experts",
 }
 SAMPLING_FIELDS = {f.name for f in dataclasses.fields(SamplingParams)}
 TOP_K_MAX = 2**31 - 1  # SGLang's int32; ours is int64, but a client should not depend on that
@@ -48,6 +52,8 @@ class Limits:
     vocab_size: int
     max_context: int
     eos_token_ids: tuple[int, ...]
+    # Why a request may not ask for return_routed_experts; None: it may.
+    routed_experts_refused: str | None = "the model has no experts"
 
 
 @dataclass
@@ -72,6 +78,9 @@ def parse_generate(body: Any, limits: Limits, tokenizer) -> GenerateRequest:
     return_logprob = _typed(body.get("return_logprob", False), bool, "return_logprob")
     starts = _per_prompt(body.get("logprob_start_len"), "logprob_start_len", n, is_batch, int, -1)
     tops = _per_prompt(body.get("top_logprobs_num"), "top_logprobs_num", n, is_batch, int, 0)
+    routed_experts = _typed(body.get("return_routed_experts", False), bool, "return_routed_experts")
+    if routed_experts and limits.routed_experts_refused:
+        raise BadRequest(f"return_routed_experts: {limits.routed_experts_refused}", "return_routed_experts")
     sequences = []
     for i, (prompt, raw_params, rid, start, top) in enumerate(zip(prompts, params, rids, starts, tops)):
         field = f"sampling_params[{i}]" if is_batch else "sampling_params"
@@ -96,6 +105,7 @@ def parse_generate(body: Any, limits: Limits, tokenizer) -> GenerateRequest:
                 return_logprob=return_logprob,
                 logprob_start_len=start,
                 top_logprobs_num=top,
+                return_routed_experts=routed_experts,
             )
         )
     text_in_lp = _typed(body.get("return_text_in_logprobs", False), bool, "return_text_in_logprobs")
@@ -238,7 +248,16 @@ def build_response(seq: Sequence, weight_version: str, tokenizer, text_in_logpro
             meta["output_top_logprobs"] = [top(entry) for entry in seq.output_top_logprobs]
             if seq.input_top_logprobs is not None:
                 meta["input_top_logprobs"] = [top(entry) for entry in seq.input_top_logprobs]
+    if seq.return_routed_experts:
+        meta["routed_experts"] = encode_routed_experts(seq)
     return {"text": _response_text(seq, tokenizer), "output_ids": list(seq.output_ids), "meta_info": meta}
+
+
+def encode_routed_experts(seq: Sequence) -> str:
+    """SGLang's encoding: base64 of int32 [seqlen - 1, layers, top_k], every token of prompt and
+    output but the last (whose forward never ran), row i the experts position i was routed to."""
+    rows = torch.cat(seq.routed_experts)[: len(seq.prompt_ids) + len(seq.output_ids) - 1]
+    return base64.b64encode(rows.contiguous().numpy().tobytes()).decode("ascii")
 
 
 def _response_text(seq: Sequence, tokenizer) -> str:

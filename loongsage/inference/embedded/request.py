@@ -19,6 +19,7 @@ class Sequence:
     return_logprob: bool = False
     logprob_start_len: int = -1
     top_logprobs_num: int = 0  # with return_logprob: the k most likely tokens at each position too
+    return_routed_experts: bool = False  # R3: the experts each forwarded token was routed to
     on_done: Callable[[Sequence], None] | None = None
     generator: torch.Generator | None = None
 
@@ -29,6 +30,8 @@ class Sequence:
     # input_logprobs has None (the first prompt token).
     input_top_logprobs: list[tuple[list[int], list[float]] | None] | None = None
     output_top_logprobs: list[tuple[list[int], list[float]]] = field(default_factory=list)
+    # With return_routed_experts: [tokens, layers, top_k] blocks, the prompt's then one per decode step
+    routed_experts: list[torch.Tensor] = field(default_factory=list)
     cached_tokens: int = 0
     finish_reason: dict | None = None
     error: str | None = None  # set when the engine failed it: answered as a 500, never as output

@@ -216,6 +216,8 @@ class Scheduler:
                     seq.input_logprobs = ([None] + entry.prompt_logprobs)[seq.logprob_start_len :]
                     if seq.top_k_wanted:
                         seq.input_top_logprobs = ([None] + _top_rows(entry.prompt_top, seq.top_k_wanted))[seq.logprob_start_len :]
+                if seq.return_routed_experts:
+                    seq.routed_experts.append(entry.experts)
                 if seq.params.max_new_tokens == 0:
                     seq.finish({"type": "length", "length": 0})
                     continue
@@ -317,7 +319,9 @@ class Scheduler:
         `prefix` holds (none when shared == 0)."""
         past = None if prefix is None else (prefix.keys[:, :, :shared], prefix.values[:, :, :shared])
         tails = [torch.tensor(key[shared:]) for key, _ in batch]
-        hidden, keys, values = self.model.prefill_batch(tails, past)
+        routed = [] if self.model.cfg.moe else None  # kept with the prompt: any later request may want it
+        hidden, keys, values = self.model.prefill_batch(tails, past, routed)
+        experts = _by_token(routed)
         with torch.inference_mode():
             last_logits = self.model.logits(torch.stack([h[t.shape[0] - 1] for h, t in zip(hidden, tails)]))
         entries = {}
@@ -332,7 +336,10 @@ class Scheduler:
                 own_keys, own_values = own_keys.clone(), own_values.clone()
             else:
                 own_keys, own_values = torch.cat((past[0], own_keys), dim=2), torch.cat((past[1], own_values), dim=2)
-            entries[key] = PrefillResult(own_keys, own_values, last_logits[i].clone(), prompt_lps, prompt_top)
+            own_experts = None
+            if experts is not None:
+                own_experts = experts[i, :n].clone() if past is None else torch.cat((prefix.experts[:shared], experts[i, :n]))
+            entries[key] = PrefillResult(own_keys, own_values, last_logits[i].clone(), prompt_lps, prompt_top, own_experts)
         return entries
 
     def _prompt_logprobs(self, hidden: torch.Tensor, ids: torch.Tensor, top_k: int) -> tuple[list[float], tuple | None]:
@@ -359,9 +366,15 @@ class Scheduler:
         ids = torch.tensor([s.output_ids[-1] for s in running] + [0] * idle)
         positions = torch.tensor([s.cached_length for s in running] + [0] * idle)
         self.cache.ensure(int(positions.max()) + 1)
-        hidden = self.model.decode(ids, positions, self.cache.keys, self.cache.values)
+        routed = [] if any(s.return_routed_experts for s in running) else None
+        hidden = self.model.decode(ids, positions, self.cache.keys, self.cache.values, routed)
         with torch.inference_mode():
             logits = self.model.logits(hidden)[: len(running)]
+        if routed is not None:
+            experts = _by_token(routed)
+            for row, seq in enumerate(running):
+                if seq.return_routed_experts:
+                    seq.routed_experts.append(experts[row])
         self.stats.decode_steps += 1
         self.stats.max_batch_size = max(self.stats.max_batch_size, len(running))
         self._advance(list(running), logits)
@@ -454,6 +467,13 @@ class Scheduler:
         self._waiting.clear()
         for _, future in self._commands:
             future.set_exception(RuntimeError("scheduler is stopped"))
+
+
+def _by_token(routed: list[torch.Tensor] | None) -> torch.Tensor | None:
+    """Per-layer chosen experts [N, T, k] -> [N, T, layers, k] int32 (SGLang's order and type)."""
+    if routed is None:
+        return None
+    return torch.stack(routed, dim=2).to(torch.int32)
 
 
 def _sampling_rows(seqs: list[Sequence]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -25,7 +25,7 @@ def test_defaults_match_sglang_and_the_engine():
 def test_shared_flags_reach_the_engine_config():
     args = parse_args(
         "--model-path /m --dtype bfloat16 --context-length 512 --max-running-requests 4 --random-seed 7 "
-        "--weight-version v3".split()
+        "--weight-version v3 --enable-return-routed-experts".split()
     )
     cfg = engine_config(args, environ={"OMP_NUM_THREADS": "3"})
     assert (cfg.dtype, cfg.max_context, cfg.max_running, cfg.seed, cfg.weight_version, cfg.num_threads) == (
@@ -36,6 +36,7 @@ def test_shared_flags_reach_the_engine_config():
         "v3",
         3,
     )
+    assert cfg.return_routed_experts and not engine_config(parse_args(["--model-path", "/m"]), {}).return_routed_experts
 
 
 def test_gpu_only_flags_are_accepted_and_recorded():
