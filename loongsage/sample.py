@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass
@@ -27,6 +31,9 @@ class Sample:
     token_advantages: list[float] = field(default_factory=list)
     teacher_top_ids: list[list[int]] = field(default_factory=list)
     teacher_top_logprobs: list[list[float]] = field(default_factory=list)
+    # An MoE policy's routing as the engine ran it (R3): int32 [num_tokens - 1, layers * top_k], row i
+    # the experts position i of prompt_ids + response_ids went to (the last token was never forwarded).
+    routed_experts: np.ndarray | None = None
     group_id: int = 0
     finish_reason: str = ""
     prompt_text: str = ""

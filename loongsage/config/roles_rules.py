@@ -28,6 +28,10 @@ def config_problems(roles: RolesConfig, colocate: bool) -> list[str]:
             f"roles.rollout.gpus={rollout.gpus} must be divisible by roles.rollout.tp={rollout.tp} "
             f"(each rollout engine takes tp devices)"
         )
+    if rollout.ep < 1 or rollout.tp % rollout.ep:
+        problems.append(
+            f"roles.rollout.ep={rollout.ep} must divide roles.rollout.tp={rollout.tp} (experts split over an engine's devices)"
+        )
     if colocate and roles.trainer.gpus != rollout.gpus:
         problems.append(
             f"{COLOCATED} puts the rollout engines on the trainer's devices: roles.trainer.gpus="

@@ -191,6 +191,11 @@ def _unread_setting_problems(cfg: Config) -> list[str]:
             f"runs in its Ray actor, not as a launched server): set rollout.engine=sglang, or leave rollout.sglang.* "
             f"at the defaults"
         )
+    if cfg.rollout.engine == "embedded" and cfg.roles.rollout.ep != 1:
+        problems.append(
+            f"roles.rollout.ep={cfg.roles.rollout.ep}: the embedded engine runs every expert in one process; "
+            f"expert parallelism is rollout.engine=sglang's (--ep-size): leave roles.rollout.ep at 1"
+        )
     workers = cfg.data.num_reward_workers
     if cfg.agent.name and workers != DataConfig.num_reward_workers:
         problems.append(

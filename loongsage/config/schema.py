@@ -315,6 +315,9 @@ class RolloutRoleConfig(RoleConfig):
     # Tensor-parallel size of one engine: tp consecutive devices on one node, or, when tp is more than
     # a node holds, whole nodes (rollout.engine=sglang: one server process per node, --nnodes).
     tp: int = 1
+    # Expert-parallel size of one engine serving a mixture-of-experts model: its experts split over
+    # ep of its tp devices (SGLang's --ep-size; must divide tp). The embedded engine takes 1.
+    ep: int = 1
 
 
 @dataclass

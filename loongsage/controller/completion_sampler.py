@@ -14,6 +14,7 @@ from loongsage.controller.request_loop import RequestLoop
 from loongsage.inference.engine_pool import EnginePool
 from loongsage.inference.fleet import EngineFleet
 from loongsage.inference.resumable import generate_resumable
+from loongsage.models import is_mixture_of_experts
 from loongsage.sample import Sample
 
 MAX_RESUMES = 64  # weight updates one response may live through; the staleness window drops it long before
@@ -24,6 +25,9 @@ class CompletionSampler:
         self.cfg = cfg
         self.engines = engines
         self.model_path = model_path
+        # An MoE policy's routing comes back with every response: the trainer compares its own
+        # with it (train/routing_mismatch) and, with algorithm.routing_replay, replays it.
+        self._routing = {"return_routed_experts": True} if is_mixture_of_experts(model_path) else {}
         self._tokenizer_lock = threading.Lock()
         self._requests = RequestLoop("rollout-requests")
 
@@ -76,7 +80,9 @@ class CompletionSampler:
             with self.engines.activity.request():
                 return await self._pool.call(
                     index,
-                    lambda client: client.agenerate(input_ids=input_ids, sampling_params=params, return_logprob=True, rid=rid),
+                    lambda client: client.agenerate(
+                        input_ids=input_ids, sampling_params=params, return_logprob=True, rid=rid, **self._routing
+                    ),
                 )
 
         generation = await generate_resumable(call, list(prompt_ids), sampling_params, self.cfg.max_new_tokens, MAX_RESUMES)
@@ -87,6 +93,7 @@ class CompletionSampler:
             response_logprobs=generation.logprobs,
             loss_mask=[1] * len(response_ids),
             weight_versions=generation.versions,
+            routed_experts=generation.routed_experts,
             group_id=index,
             finish_reason=generation.finish.get("type", "stop"),
             prompt_text=prompt_text,

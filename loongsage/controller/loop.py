@@ -39,7 +39,7 @@ from loongsage.controller.warm_start import warm_start
 from loongsage.inference.activity import IdleClock
 from loongsage.inference.engine_launch import EngineSeats
 from loongsage.inference.fleet import EngineFleet
-from loongsage.models import resolve_model_path
+from loongsage.models import is_mixture_of_experts, resolve_model_path
 from loongsage.sample import Sample
 from loongsage.tasks.registry import get_data_source
 from loongsage.teachers.group import TeacherGroup
@@ -71,6 +71,8 @@ class Controller:
                     gpus=self.placement.engine_gpus,
                     followers=self.placement.engine_followers,
                     tp=cfg.roles.rollout.tp,
+                    ep=cfg.roles.rollout.ep,
+                    routed_experts=is_mixture_of_experts(model_path),
                     colocated=self.placement.placement == "colocate",
                     log_dir=str(run_dir / "engines"),
                 ),

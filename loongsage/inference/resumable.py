@@ -9,10 +9,13 @@ also returns the partial output.
 
 from __future__ import annotations
 
+import base64
 import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 UNVERSIONED = -1  # an engine whose weight version is not an integer ("default")
 
@@ -35,6 +38,10 @@ class Generation:
     # Per output token, (token id, logprob) of the most likely tokens there, when the call asked
     # for them (top_logprobs_num); empty otherwise.
     top_logprobs: list[list[tuple[int, float]]] = field(default_factory=list)
+    # R3, when the engine returned it: per position of prompt + output but the last, the experts it
+    # was routed to, int32 [rows, layers * top_k]. Across resumes a position keeps the routing of the
+    # call that first computed it (a resumed call recomputes the earlier output under new weights).
+    routed_experts: np.ndarray | None = None
 
     @property
     def resumes(self) -> int:
@@ -58,12 +65,28 @@ async def generate_resumable(call: EngineCall, prompt_ids: list[int], params: di
         # SGLang's entries are [logprob, token id, text]; a position without them is null.
         done.top_logprobs += [[(e[1], e[0]) for e in entry or ()] for entry in meta.get("output_top_logprobs", [])[: len(ids)]]
         done.finish = meta.get("finish_reason") or {"type": "stop"}
+        if meta.get("routed_experts") is not None:
+            done.routed_experts = _stitch_routing(
+                done.routed_experts, meta["routed_experts"], len(prompt_ids) + len(done.output_ids) - 1
+            )
         done.text = response.get("text", "")
         if len(done.rids) == 1:
             done.cached_tokens = int(meta.get("cached_tokens", 0) or 0)
         if done.finish.get("type") != "abort" or len(done.output_ids) >= max_new:
             break
     return done
+
+
+def _stitch_routing(kept: np.ndarray | None, encoded: str, rows: int) -> np.ndarray | None:
+    """The rows of one call's `routed_experts` (SGLang's base64 of int32 [rows, layers, top_k]) after
+    those `kept` from earlier calls."""
+    flat = np.frombuffer(base64.b64decode(encoded), dtype=np.int32)
+    if rows <= 0:  # a one-token prompt and nothing generated: no position was routed yet
+        return kept
+    if flat.size % rows:
+        raise ValueError(f"routed_experts holds {flat.size} ids, not a whole number of rows for {rows} positions")
+    routing = flat.reshape(rows, -1)
+    return routing if kept is None else np.concatenate((kept, routing[len(kept) :]))
 
 
 def version_number(version) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -33,6 +34,15 @@ def resolve_model_path(name_or_path: str) -> Path:
         f"model.name={name_or_path!r} is neither a known model ({', '.join(sorted(MODELS))}) "
         "nor a local Hugging Face model directory with a config.json"
     )
+
+
+# HF config fields that give an MoE model's expert count (Qwen-MoE, transformers 5's rename of it, DeepSeek).
+EXPERT_COUNT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+def is_mixture_of_experts(model_path: str | Path) -> bool:
+    config = json.loads((Path(model_path) / "config.json").read_text())
+    return any(config.get(field) for field in EXPERT_COUNT_FIELDS)
 
 
 def load_tokenizer(model_path: str | Path):

@@ -21,6 +21,8 @@ LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 # back in /get_server_info as SGLang reports its server args.
 RECORDED_FLAGS = (
     "tp_size",
+    "ep_size",
+    "enable_return_routed_experts",
     "mem_fraction_static",
     "enable_memory_saver",
     "base_gpu_id",
@@ -50,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=30000)
     parser.add_argument(
         "--tp-size", "--tp", dest="tp_size", type=int, default=1, help="1 on one node; a multiple of --nnodes across nodes"
+    )
+    parser.add_argument(
+        "--ep-size", "--ep", dest="ep_size", type=int, default=1, help="1: the engine runs every expert in one process"
     )
     parser.add_argument("--dtype", default="auto", choices=["auto", *sorted(DTYPES)], help="auto = float32")
     parser.add_argument("--context-length", type=int, default=None, help="prompt + generated tokens per request")
@@ -81,6 +86,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error(f"--nnodes={args.nnodes}: must be at least 1")
     if args.nnodes == 1 and args.tp_size != 1:
         parser.error(f"--tp-size={args.tp_size}: the embedded engine has one tensor-parallel rank; only 1 is accepted")
+    if args.ep_size != 1:
+        parser.error(f"--ep-size={args.ep_size}: the embedded engine runs every expert in one process; only 1 is accepted")
     if args.nnodes > 1 and (args.tp_size < args.nnodes or args.tp_size % args.nnodes):
         parser.error(f"--tp-size={args.tp_size}: across --nnodes={args.nnodes} it must be a multiple of the node count")
     if not 0 <= args.node_rank < args.nnodes:

@@ -31,6 +31,7 @@ class SglangSettings:
     # the engine's seat
     index: int = 0  # among the run's engines: names its log file, its ports, its messages
     tp: int = 1  # roles.rollout.tp
+    ep: int = 1  # roles.rollout.ep
     gpus: tuple[int | str, ...] | None = None  # Seat.gpus; None: the devices Ray made visible to the actor
     colocated: bool = False  # trainer and rollout share devices: --enable-memory-saver
     log_dir: str | None = None  # None: a temporary directory
@@ -51,6 +52,7 @@ class EngineSettings:
     dtype: str = "auto"
     weight_version: str = "default"  # what the starting weights (and a restarted server's) carry
     seed: int | None = None
+    return_routed_experts: bool = False  # the model has experts and the rollout compares or replays their routing
     sglang: SglangSettings = field(default_factory=SglangSettings)
 
     @classmethod
@@ -72,9 +74,9 @@ class EngineSettings:
         return settings
 
 
-_INTS = {"max_running", "max_context", "num_threads", "seed", "max_restarts", "index", "tp"}
+_INTS = {"max_running", "max_context", "num_threads", "seed", "max_restarts", "index", "tp", "ep"}
 _NUMBERS = {"mem_fraction_static", "startup_timeout_s"}
-_BOOLS = {"colocated"}
+_BOOLS = {"colocated", "return_routed_experts"}
 
 
 def _check_types(cfg: dict, where: str) -> None:
@@ -154,6 +156,8 @@ def launch_spec(
         port=port,
         nccl_port=nccl_port,
         tp_size=sglang.tp,
+        ep_size=sglang.ep,
+        enable_return_routed_experts=settings.return_routed_experts,
         dtype=settings.dtype,
         context_length=settings.max_context,
         max_running_requests=settings.max_running,

@@ -21,6 +21,8 @@ DERIVED_FLAGS = {
     "--host": "the engine actor (this node's serving address)",
     "--port": "the engine actor (the Slurm job's port block, else a free port)",
     "--tp-size": "roles.rollout.tp",
+    "--ep-size": "roles.rollout.ep",
+    "--enable-return-routed-experts": "the model (set for a mixture of experts: the trainer compares and replays routing)",
     "--dtype": "rollout.dtype",
     "--context-length": "rollout.max_context",
     "--max-running-requests": "rollout.max_running",
@@ -39,6 +41,8 @@ DERIVED_FLAGS = {
 FLAG_ALIASES = {
     "--tp": "--tp-size",
     "--tensor-parallel-size": "--tp-size",
+    "--ep": "--ep-size",
+    "--expert-parallel-size": "--ep-size",
     "--model": "--model-path",
     "--nccl-init-addr": "--dist-init-addr",
 }
@@ -55,6 +59,8 @@ class LaunchSpec:
     port: int
     nccl_port: int
     tp_size: int = 1
+    ep_size: int = 1
+    enable_return_routed_experts: bool = False
     dtype: str = "auto"
     context_length: int | None = None
     max_running_requests: int | None = None
@@ -71,6 +77,11 @@ class LaunchSpec:
 
     def __post_init__(self):
         _at_least(self.tp_size, 1, "tp_size", "roles.rollout.tp")
+        _at_least(self.ep_size, 1, "ep_size", "roles.rollout.ep")
+        if self.tp_size % self.ep_size:
+            raise ValueError(
+                f"LaunchSpec.ep_size={self.ep_size} (roles.rollout.ep) must divide tp_size={self.tp_size} (roles.rollout.tp)"
+            )
         for field_name in ("port", "nccl_port"):
             port = getattr(self, field_name)
             if not 0 < port < 65536:
@@ -135,6 +146,10 @@ def launch_flags(spec: LaunchSpec) -> list[str]:
         flags += ["--max-running-requests", str(spec.max_running_requests)]
     if spec.random_seed is not None:
         flags += ["--random-seed", str(spec.random_seed)]
+    if spec.ep_size > 1:
+        flags += ["--ep-size", str(spec.ep_size)]
+    if spec.enable_return_routed_experts:
+        flags.append("--enable-return-routed-experts")
     if spec.enable_memory_saver:
         flags.append("--enable-memory-saver")
     if spec.skip_server_warmup:

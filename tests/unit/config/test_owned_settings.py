@@ -76,6 +76,16 @@ def test_sglang_settings_under_sglang_pass():
     check(cfg)
 
 
+def test_engine_expert_parallelism_is_sglangs_and_divides_tp():
+    cfg = Config()
+    cfg.roles.rollout.ep = 2
+    assert "roles.rollout.ep=2: the embedded engine runs every expert in one process" in problems(cfg)
+    cfg.rollout.engine = "sglang"
+    assert "roles.rollout.ep=2 must divide roles.rollout.tp=1" in problems(cfg)
+    cfg.roles.rollout.tp = 4
+    check(cfg)
+
+
 def test_reward_workers_with_an_agent_are_refused_and_without_one_pass():
     cfg = Config()
     cfg.data.num_reward_workers = 4

@@ -57,6 +57,7 @@ def test_gpu_only_flags_are_accepted_and_recorded():
     [
         (["--tp-size", "2"], "--tp-size=2"),
         (["--tp", "4"], "--tp-size=4"),
+        (["--ep-size", "2"], "--ep-size=2"),
         (["--nnodes", "2"], "--nnodes=2"),
         (["--node-rank", "1"], "--node-rank=1"),
         (["--nnodes", "2", "--tp-size", "3", "--dist-init-addr", "h:1"], "--tp-size=3"),

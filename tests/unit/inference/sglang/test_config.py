@@ -26,8 +26,10 @@ def test_every_sglang_config_field_and_seat_key_is_taken():
 
 
 def test_spec_follows_the_settings():
-    spec = launch_spec("/m", EngineSettings.from_dict(_cfg(colocated=True, mem_fraction_static=0.5)), "h", 1000, 1001)
-    assert (spec.tp_size, spec.dtype, spec.context_length, spec.max_running_requests) == (2, "float32", 512, 8)
+    settings = EngineSettings.from_dict({**_cfg(colocated=True, mem_fraction_static=0.5, ep=2), "return_routed_experts": True})
+    spec = launch_spec("/m", settings, "h", 1000, 1001)
+    assert (spec.tp_size, spec.ep_size, spec.enable_return_routed_experts) == (2, 2, True)
+    assert (spec.dtype, spec.context_length, spec.max_running_requests) == ("float32", 512, 8)
     assert (spec.weight_version, spec.mem_fraction_static, spec.enable_memory_saver, spec.base_gpu_id) == ("0", 0.5, True, 0)
     assert (spec.port, spec.nccl_port, spec.host) == (1000, 1001, "h")
 

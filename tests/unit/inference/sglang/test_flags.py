@@ -21,6 +21,8 @@ def test_flags_carry_every_field():
     flags = launch_flags(
         _spec(
             tp_size=4,
+            ep_size=2,
+            enable_return_routed_experts=True,
             dtype="bfloat16",
             context_length=4096,
             max_running_requests=128,
@@ -35,6 +37,7 @@ def test_flags_carry_every_field():
         "--port": "30001",
         "--nccl-port": "30002",
         "--tp-size": "4",
+        "--ep-size": "2",
         "--dtype": "bfloat16",
         "--context-length": "4096",
         "--max-running-requests": "128",
@@ -44,14 +47,15 @@ def test_flags_carry_every_field():
         "--random-seed": "7",
     }
     assert {flag: _value(flags, flag) for flag in expected} == expected
-    assert "--skip-server-warmup" in flags
+    assert "--skip-server-warmup" in flags and "--enable-return-routed-experts" in flags
     # Not colocated, one node: no memory saver, no multi-node flags.
     assert not {"--enable-memory-saver", "--nnodes", "--node-rank", "--dist-init-addr"} & set(flags)
 
 
 def test_unset_optional_flags_are_left_to_the_server():
     flags = launch_flags(_spec())
-    assert not {"--context-length", "--max-running-requests", "--random-seed"} & set(flags)
+    assert not {"--context-length", "--max-running-requests", "--random-seed", "--ep-size"} & set(flags)
+    assert "--enable-return-routed-experts" not in flags
 
 
 def test_colocated_engine_enables_the_memory_saver():
@@ -87,6 +91,7 @@ def test_extra_args_repeating_a_derived_flag_are_refused_naming_its_config(extra
     "overrides, named",
     [
         ({"tp_size": 0}, "roles.rollout.tp"),
+        ({"tp_size": 4, "ep_size": 3}, "roles.rollout.ep"),
         ({"dtype": "fp32"}, "rollout.dtype"),
         ({"mem_fraction_static": 1.5}, "rollout.sglang.mem_fraction_static"),
         ({"port": 70000}, "LaunchSpec.port"),
@@ -103,7 +108,14 @@ def test_bad_spec_is_refused_naming_the_field(overrides, named):
 
 def test_every_derived_flag_is_one_the_embedded_server_accepts():
     """The CPU stand-in takes the same command line: every flag we emit parses there."""
-    spec = _spec(context_length=64, max_running_requests=2, random_seed=1, enable_memory_saver=True, host="127.0.0.1")
+    spec = _spec(
+        context_length=64,
+        max_running_requests=2,
+        random_seed=1,
+        enable_memory_saver=True,
+        enable_return_routed_experts=True,
+        host="127.0.0.1",
+    )
     args = parse_args(launch_flags(spec))
     assert (args.port, args.context_length, args.max_running_requests, args.random_seed) == (30001, 64, 2, 1)
     emitted = {arg for arg in launch_flags(spec) if arg.startswith("--")}
