@@ -149,6 +149,10 @@ class AlgorithmConfig:
     is_mode: str = "truncate"
     is_low: float = 0.0
     is_high: float = 2.0
+    # R3, for a mixture-of-experts policy: the trainer routes each token to the experts the engine
+    # routed it to (in the update's forward and in recompute), weighted by its own router's
+    # probabilities of them. train/routing_mismatch is logged either way.
+    routing_replay: bool = False
     # On-policy distillation toward the teachers (teachers.pool); read only when there are teachers.
     opd: OpdConfig = field(default_factory=OpdConfig)
 

@@ -46,6 +46,9 @@ class PackedBatch:
     teacher_top_ids: Tensor | None = None
     teacher_top_logprobs: Tensor | None = None
     teacher_mask: Tensor | None = None
+    # R3: the engine's experts per position [B, T, layers * top_k] (int32, -1 where a position has
+    # none: padding, each row's last token); None when no sample of the batch has them.
+    routed_experts: Tensor | None = None
 
     @property
     def targets(self) -> Tensor:
@@ -110,6 +113,7 @@ def pack_samples(samples: list[Sample], width: int | None = None) -> PackedBatch
     has_versions = all(sample.weight_versions for sample in samples)
     return PackedBatch(
         **_teacher_top_k(samples, spans, columns),
+        routed_experts=_routed_experts(samples, width),
         input_ids=input_ids,
         attention_mask=attention_mask,
         # Right padding: positions count from 0 at the first token of every row.
@@ -139,6 +143,18 @@ def _teacher_top_k(samples: list[Sample], spans: list[tuple[int, int]], columns:
             logprobs[row, start:end] = torch.tensor(sample.teacher_top_logprobs, dtype=torch.float32)
             mask[row, start:end] = 1.0
     return {"teacher_top_ids": ids, "teacher_top_logprobs": logprobs, "teacher_mask": mask}
+
+
+def _routed_experts(samples: list[Sample], width: int) -> Tensor | None:
+    routed = [sample.routed_experts for sample in samples]
+    if all(r is None for r in routed):
+        return None
+    row_width = next(r.shape[1] for r in routed if r is not None)
+    out = torch.full((len(samples), width, row_width), -1, dtype=torch.int32)
+    for row, routing in enumerate(routed):
+        if routing is not None:
+            out[row, : len(routing)] = torch.from_numpy(routing)
+    return out
 
 
 def split_micro_batches(samples: list[Sample], micro_batch_size: int) -> list[list[Sample]]:
@@ -171,6 +187,12 @@ def _check_sample(index: int, sample: Sample) -> None:
         values = getattr(sample, name)
         if values and len(values) != len(sample.response_ids):
             raise ValueError(f"sample {index}: {name} has {len(values)} entries but response_ids has {len(sample.response_ids)}")
+    routed = sample.routed_experts
+    if routed is not None and (routed.ndim != 2 or len(routed) != sample.num_tokens - 1):
+        raise ValueError(
+            f"sample {index}: routed_experts has shape {list(routed.shape)}, expected [{sample.num_tokens - 1}, layers * top_k] "
+            f"(every token of prompt_ids + response_ids but the last)"
+        )
     if bool(sample.teacher_top_ids) != bool(sample.teacher_top_logprobs) or any(
         len(ids) != len(lps) for ids, lps in zip(sample.teacher_top_ids, sample.teacher_top_logprobs)
     ):

@@ -9,6 +9,7 @@ from torch import Tensor
 from loongsage.algorithms.losses import mismatch_k3_kl
 from loongsage.training.batch import PackedBatch
 from loongsage.training.objective import MicroObjective
+from loongsage.training.routing_replay import RoutingCount
 
 
 class StepMetrics:
@@ -31,6 +32,8 @@ class StepMetrics:
         "mismatch_k3_kl",
         "mismatch_tokens",
         "tokens",
+        "routing_mismatched",
+        "routing_compared",
         *IS_MEANS,
     )
 
@@ -65,6 +68,11 @@ class StepMetrics:
         v["mismatch_k3_kl"] += mismatch_k3_kl(train_logprobs, micro.rollout_logprobs, micro.loss_mask).item() * tokens
         v["mismatch_tokens"] += tokens
 
+    def add_routing(self, count: RoutingCount) -> None:
+        """Token x layer top-k sets the trainer routed otherwise than the engine, over those compared."""
+        self.values["routing_mismatched"] += count.mismatched
+        self.values["routing_compared"] += count.compared
+
     def _add_is(self, stats: dict[str, float], token_weight: float, tokens: float) -> None:
         for key in self.IS_MEANS:
             self.values[key] += stats[key] * token_weight
@@ -88,6 +96,8 @@ class StepMetrics:
         # Only over micro-batches whose samples all carry rollout logprobs.
         if total["mismatch_tokens"] > 0:
             metrics["train/mismatch_k3_kl"] = total["mismatch_k3_kl"] / total["mismatch_tokens"]
+        if total["routing_compared"] > 0:
+            metrics["train/routing_mismatch"] = total["routing_mismatched"] / total["routing_compared"]
         if self.with_kl:
             metrics["train/kl"] = total["kl"] / num_minis
         # GKD (algorithm.opd.style=gkd): the divergence to the teachers over the tokens they scored.

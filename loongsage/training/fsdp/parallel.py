@@ -66,16 +66,21 @@ def full_model_state(model: nn.Module) -> dict[str, Tensor]:
 
 
 def full_weights_in_lockstep(model: nn.Module, skip: set[str]) -> Iterator[tuple[str, Tensor]]:
-    """Each full tensor (HF-named, contiguous, on the CPU) but those named in `skip`, on every rank,
+    """Each full tensor (HF checkpoint-named, contiguous, on the CPU) but those named in `skip`, on every rank,
     one at a time. Collective: every rank reads it to the end, in the same order. A rank that sends
     a share of a weight push keeps only what it sends, where `full_model_state` would hold the
     whole model on rank 0."""
+    from transformers.core_model_loading import revert_weight_conversion
+
     inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
     for name, value in inner.state_dict().items():
         if name in skip:
             continue
         full = value.full_tensor() if hasattr(value, "full_tensor") else value  # a DTensor under FSDP2
-        yield name, full.detach().cpu().contiguous()
+        # Under checkpoint names, which engines load: transformers holds some tensors fused in
+        # memory (an MoE layer's experts as one [experts, ...] tensor), and splits them on save.
+        for checkpoint_name, tensor in revert_weight_conversion(inner, {name: full.detach()}).items():
+            yield checkpoint_name, tensor.cpu().contiguous()
 
 
 def load_full_model_state(model: nn.Module, state: dict[str, Tensor]) -> None:

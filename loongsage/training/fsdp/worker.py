@@ -7,6 +7,7 @@ call it concurrently.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -15,7 +16,7 @@ from torch import Tensor
 
 from loongsage.algorithms.losses import token_logprobs
 from loongsage.cluster.placement import ray_gpu_ids
-from loongsage.models import load_causal_lm
+from loongsage.models import is_mixture_of_experts, load_causal_lm
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
 from loongsage.training.fsdp import checkpoint
@@ -27,6 +28,7 @@ from loongsage.training.fsdp.parallel import (
     tied_parameter_names,
     wrap_model,
 )
+from loongsage.training.fsdp.router_replay import HfRouting
 from loongsage.training.metrics import StepMetrics
 from loongsage.training.objective import check_off_policy_inputs, micro_objective, supervised_objective
 from loongsage.training.rank_process import (
@@ -34,6 +36,7 @@ from loongsage.training.rank_process import (
     join_process_group,
     leave_process_group,
 )
+from loongsage.training.routing_replay import RoutingCount
 from loongsage.training.shares import global_shares
 from loongsage.training.token_scores import FullVocabScores
 from loongsage.transfer.source_routes import SourceReport
@@ -51,6 +54,7 @@ class TrainWorker(TrainRank):
         if self.trainer.gradient_checkpointing:
             _enable_activation_checkpointing(model)
         self.tied_names = tied_parameter_names(model)
+        self.routing = HfRouting(model) if is_mixture_of_experts(self.model_path) else None
         self.model = wrap_model(model, self.trainer.strategy)
         self.optimizer, self.scheduler = build_optimizer(self.model, self.trainer)
         self.ref_model = self._reference_model(dtype) if self.algo.kl_coef > 0 else None
@@ -149,9 +153,10 @@ class TrainWorker(TrainRank):
         self.model.train()
         weights = global_shares(micros, "token_mean" if supervised else self.algo.loss_aggregation)
         token_weights = global_shares(micros, "token_mean")
+        routing = RoutingCount()
         for index, micro in enumerate(micros):
             old = olds[index] if olds else None
-            with grad_sync(self.model, enabled=index == len(micros) - 1):
+            with grad_sync(self.model, enabled=index == len(micros) - 1), self._engine_routes(micro, routing):
                 scores = FullVocabScores(self._forward(self.model, micro))
                 result = (
                     supervised_objective(scores, micro)
@@ -162,6 +167,7 @@ class TrainWorker(TrainRank):
                 # with the global-batch loss, not the mean of per-rank losses.
                 (result.loss * (weights[index] * dist.get_world_size())).backward()
             sums.add_micro(micro, result, old, weights[index], token_weights[index])
+        sums.add_routing(routing)
         sums.grad_norm += clip_grad_norm(self.model, self.trainer.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -169,7 +175,17 @@ class TrainWorker(TrainRank):
     @torch.no_grad()
     def _logprobs(self, model: torch.nn.Module, micros: list[PackedBatch]) -> list[Tensor]:
         model.eval()
-        return [token_logprobs(self._forward(model, micro), micro.targets) for micro in micros]
+        logprobs = []
+        for micro in micros:
+            # The policy replays the engine's routing here too (recompute); the reference model never.
+            with self._engine_routes(micro) if model is self.model else nullcontext():
+                logprobs.append(token_logprobs(self._forward(model, micro), micro.targets))
+        return logprobs
+
+    def _engine_routes(self, micro: PackedBatch, count: RoutingCount | None = None):
+        if self.routing is None:
+            return nullcontext()
+        return self.routing.engine_routes(micro.routed_experts, self.algo.routing_replay, count)
 
     @staticmethod
     def _forward(model: torch.nn.Module, micro: PackedBatch) -> Tensor:
