@@ -97,9 +97,14 @@ def run(cfg: Config) -> Path | None:
 def _prepare_models(cfg: Config) -> None:
     """The student's and the teachers' model directories, each built first where it is missing
     (a registry model converted, a teacher trained by its own run), before this run starts Ray."""
-    from loongsage.models import resolve_model_path
+    from loongsage.models import is_mixture_of_experts, resolve_model_path
 
-    resolve_model_path(cfg.model.name)
+    student = resolve_model_path(cfg.model.name)
+    if cfg.algorithm.routing_replay and not is_mixture_of_experts(student):
+        raise ValueError(
+            f"algorithm.routing_replay=true replays the experts an MoE policy's engines routed each token to; "
+            f"model.name={cfg.model.name!r} has no experts: leave it at false"
+        )
     for index, teacher in enumerate(cfg.teachers.pool):
         try:
             resolve_model_path(teacher.model)

@@ -153,7 +153,7 @@ def _routed_experts(samples: list[Sample], width: int) -> Tensor | None:
     out = torch.full((len(samples), width, row_width), -1, dtype=torch.int32)
     for row, routing in enumerate(routed):
         if routing is not None:
-            out[row, : len(routing)] = torch.from_numpy(routing)
+            out[row, : len(routing)] = torch.tensor(routing)
     return out
 
 
