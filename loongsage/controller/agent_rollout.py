@@ -29,6 +29,7 @@ from loongsage.controller.data_stream import Item
 from loongsage.controller.grading_health import check_grading, mark_grading_error
 from loongsage.controller.live_sandboxes import LiveSandboxes
 from loongsage.inference.fleet import EngineFleet
+from loongsage.models import is_mixture_of_experts
 from loongsage.sample import Sample
 from loongsage.tasks.registry import Reward, get_reward
 from loongsage.tasks.scoring import score_safely
@@ -58,6 +59,7 @@ class AgentRolloutSource:
                 max_context=cfg.rollout.max_context,
                 request_timeout_s=cfg.rollout.request_timeout_s,
                 sampling=run_sampling(cfg.rollout),
+                return_routed_experts=is_mixture_of_experts(model_path),
             ),
             activity=engines.activity,
             # The engines' state shared with the controller: the router's requests and the weight

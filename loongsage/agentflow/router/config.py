@@ -25,6 +25,9 @@ class RouterConfig:
     # The run's rollout.temperature/top_p/top_k/max_new_tokens: what a request that leaves one of
     # them unset is sampled with, so black-box agents sample as the run says too.
     sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
+    # Ask the engines for the experts each token was routed to (R3; an MoE policy's engines started
+    # with --enable-return-routed-experts), kept with each turn.
+    return_routed_experts: bool = False
 
     def __post_init__(self):
         if isinstance(self.engine_urls, str):

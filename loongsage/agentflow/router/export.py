@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+import numpy as np
+
 from loongsage.agentflow.router.trajectory import Branch, Trajectory, Turn
 from loongsage.sample import Sample
 
@@ -49,6 +51,7 @@ def per_turn(trajectory_id: str, branch: Branch) -> list[Sample]:
             response_logprobs=list(turn.output_logprobs),
             loss_mask=[1] * len(turn.output_ids),
             weight_versions=list(turn.weight_versions),
+            routed_experts=turn.routed_experts,
             finish_reason=turn.finish_reason,
             response_text=turn.sampled_text,
             metadata=_metadata(trajectory_id, branch, turns=[i]),
@@ -85,10 +88,25 @@ def concatenated(trajectory_id: str, branch: Branch) -> Sample:
         response_logprobs=logprobs,
         loss_mask=mask,
         weight_versions=versions,
+        routed_experts=concatenated_routing(branch),
         finish_reason=branch.turns[-1].finish_reason,
         response_text="".join(t.sampled_text for t in branch.turns),
         metadata=_metadata(trajectory_id, branch, turns=list(range(len(branch.turns)))),
     )
+
+
+def concatenated_routing(branch: Branch) -> np.ndarray | None:
+    """The branch's routing over its whole sequence: each turn's sampled tokens keep the routing of
+    the call that sampled them; the rest (the first prompt, inserted tool and template tokens) the
+    last call's, which computed every position but the last. None unless every turn has it."""
+    turns = branch.turns
+    if any(turn.routed_experts is None for turn in turns):
+        return None
+    routing = turns[-1].routed_experts.copy()
+    for turn in turns[:-1]:
+        start, end = len(turn.prompt_ids), len(turn.prompt_ids) + len(turn.output_ids) - 1
+        routing[start:end] = turn.routed_experts[start:end]
+    return routing
 
 
 def _metadata(trajectory_id: str, branch: Branch, turns: list[int]) -> dict:

@@ -218,6 +218,8 @@ class Router:
         `top_logprobs`: the most likely tokens at each position too (0: none)."""
         answered = ""
         extra = {"top_logprobs_num": top_logprobs} if top_logprobs else {}
+        if self.cfg.return_routed_experts:
+            extra["return_routed_experts"] = True
 
         async def call(input_ids: list[int], sampling_params: dict, rid: str) -> dict:
             async def send(engine: EngineClient) -> dict:

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from loongsage.agentflow.router.messages import Message, assistant_key
 
 Tokenize = Callable[[str], list[int]]
@@ -41,6 +43,9 @@ class Turn:
     engine: str = ""
     rids: list[str] = field(default_factory=list)
     engine_seconds: float = 0.0  # time spent waiting on the engine for this turn
+    # R3, when the engines return it: int32 [len(prompt_ids) + len(output_ids) - 1, layers * top_k]
+    # (inference.resumable.Generation.routed_experts)
+    routed_experts: np.ndarray | None = None
 
     @property
     def tip_ids(self) -> list[int]:

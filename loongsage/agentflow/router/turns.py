@@ -43,5 +43,6 @@ def make_turn(
         engine=engine_url,
         rids=generation.rids,
         engine_seconds=generation.seconds,
+        routed_experts=generation.routed_experts,
     )
     return turn, matched_stop

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from loongsage.agentflow.router.export import is_concatenable, to_samples, trajectory_json
@@ -53,6 +54,26 @@ def test_concatenated_sample_masks_exactly_the_sampled_tokens():
     assert sample.finish_reason == "length"
     assert sample.metadata == {"trajectory_id": "t", "attempt": "0", "branch": 0, "turns": [0, 1, 2]}
     assert len(sample.response_ids) == len(sample.loss_mask) == len(sample.response_logprobs) == len(sample.weight_versions)
+
+
+def test_routing_keeps_each_turns_sampled_tokens_and_the_last_calls_elsewhere():
+    """Turn t's routing rows are filled with 100 * (t + 1) + position: which call a row came
+    from and for which position shows in the concatenated sample's routing."""
+    trajectory = _three_turn_trajectory()
+    turns = trajectory.branches[0].turns
+    for t, turn in enumerate(turns):
+        rows = len(turn.prompt_ids) + len(turn.output_ids) - 1
+        turn.routed_experts = (100 * (t + 1) + np.arange(rows, dtype=np.int32))[:, None].repeat(4, axis=1)
+    (sample,) = to_samples(trajectory, "concat")
+    # Sequence 1 2 3 10 11 4 5 12 6 13 14. Of the sampled tokens, only 10 (position 3) was forwarded
+    # by the call that sampled it (11 and 12 each ended their turn); every other row is the last call's.
+    origin = (sample.routed_experts[:, 0] // 100).tolist()
+    assert sample.routed_experts.shape == (sample.num_tokens - 1, 4)
+    assert origin == [3, 3, 3, 1, 3, 3, 3, 3, 3, 3]
+    assert (sample.routed_experts[:, 0] % 100).tolist() == list(range(10))
+    assert [s.routed_experts.shape[0] for s in to_samples(trajectory, "per_turn")] == [4, 7, 10]
+    turns[1].routed_experts = None
+    assert to_samples(trajectory, "concat")[0].routed_experts is None
 
 
 def test_per_turn_samples_are_each_engine_call():
