@@ -16,6 +16,7 @@ BENCHMARKS = {
     "async": "sync vs fully_async on an agentic workload (--simulate: a GPU-cluster model)",
     "transfer": "weight transfer (--simulate: seed route, flat broadcast and our plan vs the link bound, 8-128 hosts)",
     "teachers": "teacher manager: N teachers through one resident slot vs all resident (peak memory, throughput)",
+    "routing": "routing replay (R3): the trainer's routing and log-prob mismatch with the engine, without vs with replay",
 }
 # `async` is a keyword, so its module has another name.
 MODULES = {"async": "asynchrony"}
