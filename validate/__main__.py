@@ -1,7 +1,9 @@
 """python -m validate <run_dir> [--reference FILE] | python -m validate --record <run_dir>... --command "..."
 
 Exit 0 when the run's reward curve sits inside its recipe's reference band, 1 when not;
-a PNG of run vs band is written into the run dir either way.
+a PNG of run vs band is written into the run dir either way. A recipe's reference is
+validate/references/<recipe>.json, recorded with the recipe's own model; a run of the recipe
+with another model (model=smollm2-moe) has its own, <recipe>@<model>.json.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ TAG = "rollout/reward_mean"
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validate", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, nargs="+", help="the run to check; with --record, one or more seeds")
-    parser.add_argument("--reference", type=Path, help="reference JSON (default: validate/references/<recipe>.json)")
+    parser.add_argument(
+        "--reference", type=Path, help="reference JSON (default: validate/references/<recipe>.json, or <recipe>@<model>.json)"
+    )
     parser.add_argument("--record", action="store_true", help="make the run the recipe's new reference")
     parser.add_argument("--command", default="", help="with --record: the command that produced the run")
     args = parser.parse_args(argv)
@@ -40,15 +44,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.record:
         return _record(args, configs[0], runs)
     run_dir, config, rewards = args.run_dir[0], configs[0], runs[0]
-    reference_path = args.reference or REFERENCES / f"{config['run']['name']}.json"
+    reference_path = args.reference or reference_file(config["run"]["name"], config["model"]["name"])
     if not reference_path.exists():
-        print(f"validate: no reference for recipe {config['run']['name']!r} at {reference_path}", file=sys.stderr)
+        print(
+            f"validate: no reference for recipe {config['run']['name']!r} with model {config['model']['name']!r} "
+            f"at {reference_path}",
+            file=sys.stderr,
+        )
         return 2
     reference = json.loads(reference_path.read_text())
     result = compare(rewards, reference)
     png = plot_run_vs_band(reference, rewards, result, run_dir / "validate.png")
     _report(reference, result, png)
     return 0 if result["passed"] else 1
+
+
+def reference_file(recipe: str, model: str) -> Path:
+    """<recipe>.json, unless it was recorded with another model: then <recipe>@<model>.json."""
+    plain = REFERENCES / f"{recipe}.json"
+    if plain.exists() and json.loads(plain.read_text()).get("model") != model:
+        return REFERENCES / f"{recipe}@{model}.json"
+    return plain
 
 
 def _run_config(run_dir: Path) -> dict:
@@ -94,7 +110,7 @@ def _record(args, config: dict, runs: list[dict[int, float]]) -> int:
         "low": low,
         "high": high,
     }
-    out = args.reference or REFERENCES / f"{reference['recipe']}.json"
+    out = args.reference or reference_file(reference["recipe"], reference["model"])
     out.write_text(json.dumps(reference, indent=1))
     print(f"recorded {len(steps)} steps of {TAG} from {len(runs)} run(s) as the reference for {reference['recipe']}: {out}")
     return 0

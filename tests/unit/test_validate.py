@@ -99,3 +99,15 @@ def test_cli_records_then_checks_real_tensorboard_files(tmp_path):
 def test_cli_names_a_dir_that_is_not_a_run(tmp_path):
     result = run_validate(tmp_path)
     assert result.returncode == 2 and "config.yaml" in result.stderr
+
+
+def test_a_run_with_another_model_than_the_recipes_has_its_own_reference(tmp_path, monkeypatch):
+    import json
+
+    import validate.__main__ as cli
+
+    monkeypatch.setattr(cli, "REFERENCES", tmp_path)
+    assert cli.reference_file("toy", "tiny") == tmp_path / "toy.json"  # none yet: the recipe's own
+    (tmp_path / "toy.json").write_text(json.dumps({"model": "tiny"}))
+    assert cli.reference_file("toy", "tiny") == tmp_path / "toy.json"
+    assert cli.reference_file("toy", "tiny-moe") == tmp_path / "toy@tiny-moe.json"
