@@ -13,8 +13,10 @@ from loongsage.config.owned_choices import OwnedChoices, choice_problems
 from loongsage.config.parallel import (
     MEGATRON,
     MEGATRON_RANKS,
+    MOE_SETTINGS_BACKENDS,
     data_parallel_key,
     data_parallel_size,
+    expert_parallel_problem,
     train_ranks,
     train_ranks_named,
     uses_megatron,
@@ -98,6 +100,7 @@ def _range_problems(cfg: Config) -> list[str]:
         (t.megatron.tp >= 1, f"trainer.megatron.tp={t.megatron.tp} must be >= 1"),
         (t.megatron.pp >= 1, f"trainer.megatron.pp={t.megatron.pp} must be >= 1"),
         (t.megatron.dp >= 1, f"trainer.megatron.dp={t.megatron.dp} must be >= 1"),
+        (t.megatron.ep >= 1, f"trainer.megatron.ep={t.megatron.ep} must be >= 1"),
         (t.micro_batch_size >= 1, f"trainer.micro_batch_size={t.micro_batch_size} must be >= 1"),
         (t.mini_batches >= 1, f"trainer.mini_batches={t.mini_batches} must be >= 1"),
         (t.lr > 0, f"trainer.lr={t.lr} must be > 0"),
@@ -161,6 +164,8 @@ def _backend_problems(cfg: Config) -> list[str]:
             f"(the fsdp backend's ranks are trainer.world_size)"
         ]
     problems = []
+    if min(t.megatron.tp, t.megatron.dp, t.megatron.ep) >= 1:  # sizes < 1 are range problems of their own
+        problems += filter(None, [expert_parallel_problem(t.megatron.tp, t.megatron.dp, t.megatron.ep)])
     if t.world_size != 1:
         problems.append(
             f"trainer.world_size={t.world_size} is the fsdp backend's rank count; trainer.backend={MEGATRON} runs "
@@ -184,6 +189,15 @@ def _unread_setting_problems(cfg: Config) -> list[str]:
             f"trainer.gradient_checkpointing=true is read by the fsdp backend only (trainer.backend={MEGATRON} does not "
             f"recompute activations); leave it at false, or use trainer.backend=fsdp"
         )
+    changed_moe = _changed_settings(cfg.trainer.moe, "trainer.moe")
+    if changed_moe and cfg.trainer.backend not in MOE_SETTINGS_BACKENDS:
+        problems.append(
+            f"{', '.join(changed_moe)} is not read by trainer.backend={cfg.trainer.backend} (only by "
+            f"{', '.join(f'trainer.backend={b}' for b in MOE_SETTINGS_BACKENDS)}): set trainer.backend="
+            f"{MOE_SETTINGS_BACKENDS[0]}, or leave trainer.moe.* at the defaults"
+        )
+    if cfg.trainer.moe.aux_loss_coeff is not None and cfg.trainer.moe.aux_loss_coeff < 0:
+        problems.append(f"trainer.moe.aux_loss_coeff={cfg.trainer.moe.aux_loss_coeff} must be >= 0 (or null: the checkpoint's)")
     changed_sglang = _changed_settings(cfg.rollout.sglang, "rollout.sglang")
     if cfg.rollout.engine == "embedded" and changed_sglang:
         problems.append(

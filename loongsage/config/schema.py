@@ -68,9 +68,25 @@ class MegatronConfig:
     pp: int = 1
     # Data-parallel size: model copies, each training on its own share of every batch.
     dp: int = 1
+    # Expert-parallel size (mixture-of-experts models only): each MoE layer's experts split over
+    # this many ranks, which exchange their tokens. It adds no ranks: it must divide tp * dp.
+    ep: int = 1
     # Megatron's distributed optimizer: optimizer state (and the fp32 main weights) sharded over the
     # dp ranks instead of replicated on each; nothing to shard at dp=1.
     distributed_optimizer: bool = True
+
+
+@dataclass
+class MoeConfig:
+    """Router settings a user tunes in RL, for mixture-of-experts models (the model's own routing,
+    experts and layers come from its config.json). Read by the backends in
+    `loongsage.config.parallel.MOE_SETTINGS_BACKENDS`; refused under the others, and by a trainer
+    whose model has no experts."""
+
+    # The routers' load-balancing loss coefficient; null: the checkpoint's router_aux_loss_coef.
+    aux_loss_coeff: Optional[float] = None
+    # Keep every router's weights as loaded: no gradient, no optimizer state, no update.
+    freeze_router: bool = False
 
 
 @dataclass
@@ -104,6 +120,8 @@ class TrainerConfig:
     weight_sync: str = "mesh"
     # Only read by trainer.backend=megatron; anything but the defaults with another backend is refused.
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
+    # Mixture-of-experts router settings (see MoeConfig for which backends read them).
+    moe: MoeConfig = field(default_factory=MoeConfig)
 
 
 @dataclass

@@ -11,7 +11,7 @@ Layout (an HF model directory, so the policy is usable as it stands, plus traine
                                         rng        each rank's RNG streams, one object per rank
                                       and, as its content metadata, the layout, optimizer kind
                                       and dtype that wrote it
-  trainer_state.json                  trainer step and the layout (tp, pp, dp) that wrote it
+  trainer_state.json                  trainer step and the layout (tp, pp, dp; ep if > 1) that wrote it
 The directory is made atomic by the caller (see loongsage.training.checkpoint_dir).
 
 A resume at the same layout is bit-exact. At another tp, pp or dp the model and the optimizer
@@ -27,7 +27,8 @@ the optimizer is written in megatron's `fully_reshardable` form: the distributed
 (dp = 1) writes. (Its other formats do not reshard: `dp_reshardable` keeps the flat per-rank
 buffers, dp only; `fully_sharded_model_space` needs `ShardedTensor.flattened_range`, which
 megatron-core 0.16 no longer supports.) Two differences are evened out here so that either kind
-reads what the other wrote, as a change of dp always switches kind (optim.shards_optimizer):
+reads what the other wrote, as a change of dp always switches kind (optim.shards_optimizer; and
+a change of ep switches between one optimizer and the dense and expert ones megatron chains):
   - main weights: the distributed optimizer calls them `param`, the plain one `fp32_param`;
     written as `fp32_param`. In fp32 training they are the model's weights themselves (the plain
     optimizer steps the weights, the distributed one views of them), so they are not written.
@@ -337,9 +338,18 @@ def _content(worker) -> dict:
     return {
         "format": FORMAT,
         "layout": _layout(worker),
-        "optimizer": "distributed" if shards_optimizer(worker.trainer.megatron) else "plain",
+        "optimizer": _optimizer_kind(worker),
         "dtype": str(worker.dtype).removeprefix("torch."),
     }
+
+
+def _optimizer_kind(worker) -> str:
+    """distributed | plain, and how many optimizers megatron chains: under expert parallelism
+    (ep > 1) the experts' parameters get an optimizer of their own beside the dense one; at ep = 1
+    they are dense parameters. A change of ep across a checkpoint is thus a change of kind too."""
+    kind = "distributed" if shards_optimizer(worker.trainer.megatron) else "plain"
+    parts = len(inner_optimizers(worker.optimizer))
+    return kind if parts == 1 else f"{kind}, {parts} chained"
 
 
 def _written_by(megatron_dir: Path) -> dict | None:
@@ -360,8 +370,10 @@ def _not_restorable(written: dict | None, here: dict) -> str | None:
 
 
 def _layout(worker) -> dict:
+    """The sizes that wrote it; ep only where experts are split (as checkpoints without it were written)."""
     layout = worker.layout
-    return {"tp": layout.tp_size, "pp": layout.pp_size, "dp": layout.dp_size}
+    sizes = {"tp": layout.tp_size, "pp": layout.pp_size, "dp": layout.dp_size}
+    return sizes | ({"ep": layout.ep_size} if layout.ep_size > 1 else {})
 
 
 @contextlib.contextmanager

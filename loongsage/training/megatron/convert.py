@@ -1,10 +1,13 @@
 """HF weights <-> this rank's megatron GPTModel, streaming one tensor at a time.
 
-`load_hf_weights` is local: every rank reads the HF tensors its pipeline stage needs, converts
-each to megatron's layout and copies its tensor-parallel piece into the parameter.
-`hf_weights` is collective over the tensor- and pipeline-parallel groups: the pieces of one
-parameter are gathered, un-fused and sent to global rank 0, which yields full HF-named tensors.
-The tensor conversions themselves are the pure functions of weight_layout.py.
+`load_hf_weights` is local: every rank reads the HF tensors its pipeline stage needs (of an MoE
+layer, only its expert-parallel rank's experts), converts each to megatron's layout and copies
+its tensor-parallel piece into the parameter.
+`hf_weights` is collective over the tensor-, pipeline- and expert-parallel groups: the pieces of
+one parameter are gathered, un-fused and sent to global rank 0, which yields full HF-named
+tensors; each routed expert is broadcast from the expert-parallel rank that holds it, so that
+every expert reaches rank 0 exactly once. The tensor conversions themselves are the pure
+functions of weight_layout.py.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from loongsage.training.megatron.weight_layout import (
     IGNORED_HF_SUFFIXES,
     WeightLayout,
     WeightRule,
+    expert_owner,
     from_megatron,
     hf_names,
     output_rule,
@@ -44,16 +48,21 @@ def weight_layout(model, spec: MegatronModelSpec) -> WeightLayout:
             f"the model has {gpt.vocab_size} vocabulary rows, spec vocab_size={spec.vocab_size} pads to "
             f"{padded_vocab_size(spec.vocab_size, tp)} at tp={tp}: build it with model.build_model"
         )
-    fused = any(name.endswith("linear_qkv.layer_norm_weight") for name, _ in gpt.named_parameters())
-    return WeightLayout(spec=spec, tp=tp, padded_vocab=gpt.vocab_size, norms_in_linears=fused)
+    names = [name for name, _ in gpt.named_parameters()]
+    fused = any(name.endswith("linear_qkv.layer_norm_weight") for name in names)
+    grouped = any(".mlp.experts.linear_fc1.weight" in name for name in names)
+    ep = ps.get_expert_model_parallel_world_size()
+    return WeightLayout(spec=spec, tp=tp, padded_vocab=gpt.vocab_size, norms_in_linears=fused, ep=ep, grouped_experts=grouped)
 
 
 def rank_rules(model, layout: WeightLayout) -> list[WeightRule]:
-    """The rules of this rank's pipeline stage."""
+    """The rules of this rank's pipeline stage and expert-parallel rank."""
+    from megatron.core import parallel_state as ps
+
     gpt = gpt_model(model)
     layers = [layer.layer_number - 1 for layer in gpt.decoder.layers]  # layer_number: global, from 1
     offset = layers[0] if layers else 0
-    return stage_rules(layout, layers, offset, gpt.pre_process, gpt.post_process)
+    return stage_rules(layout, layers, offset, gpt.pre_process, gpt.post_process, ps.get_expert_model_parallel_rank())
 
 
 def load_hf_weights(model, hf_dir: str | Path, spec: MegatronModelSpec) -> None:
@@ -98,34 +107,42 @@ def _check_hf_names(reader: SafetensorsReader, layout: WeightLayout) -> None:
     missing = sorted(expected - present)
     unexpected = sorted(present - expected)
     if missing or unexpected:
+        experts = f", {layout.spec.num_experts} experts in layers {list(layout.spec.moe_layers)}" if layout.spec.is_moe else ""
         raise ValueError(
             f"{reader.dir} does not match {layout.spec.family} config "
             f"({layout.spec.num_layers} layers, qkv bias {layout.spec.qkv_bias}, qk norm {layout.spec.qk_norm}, "
-            f"tied embeddings {layout.spec.tie_word_embeddings}): missing {missing[:8]}{'...' if len(missing) > 8 else ''}, "
+            f"tied embeddings {layout.spec.tie_word_embeddings}{experts}): "
+            f"missing {missing[:8]}{'...' if len(missing) > 8 else ''}, "
             f"unexpected {unexpected[:8]}{'...' if len(unexpected) > 8 else ''}"
         )
 
 
 def hf_weights(model, spec: MegatronModelSpec, every_replica: bool = False) -> Iterator[tuple[str, Tensor]]:
-    """Collective over the tensor- and pipeline-parallel groups; every rank must run it to the end.
+    """Collective over the tensor-, pipeline- and expert-parallel groups; every rank must run it to the end.
 
     On global rank 0: (HF name, full contiguous tensor) pairs in HF order, tied embeddings once
-    (no lm_head.weight), vocabulary padding dropped. Other ranks take part and yield nothing.
-    Data-parallel (and context-parallel) replicas other than the first return at once: their
-    groups never include rank 0, and they hold the same weights. `every_replica`: each replica
-    gathers its own copy onto its first rank (`holds_full_weights`), so that each can send a share
-    of a weight push.
+    (no lm_head.weight), vocabulary padding dropped, every routed expert once. Other ranks take
+    part and yield nothing. Data-parallel (and context-parallel) replicas other than the first
+    return at once: their groups never include rank 0, and they hold the same weights... except
+    the routed experts, which the other ranks of rank 0's expert-parallel group hold (those with
+    expert-data-parallel rank 0): they stay for the experts' broadcasts. `every_replica`: each
+    replica gathers its own copy onto its first rank (`holds_full_weights`), so that each can
+    send a share of a weight push.
     """
     from megatron.core import parallel_state as ps
 
-    if not every_replica and ps.get_data_parallel_rank(with_context_parallel=True) != 0:
+    collects = every_replica or ps.get_data_parallel_rank(with_context_parallel=True) == 0
+    # Rank 0's expert-parallel group (expert-data-parallel rank 0) holds every expert once; with
+    # every_replica each group broadcasts its experts, so that each replica's first rank gets all.
+    shares_experts = spec.is_moe and (every_replica or ps.get_expert_data_parallel_rank() == 0)
+    if not collects and not shares_experts:
         return
     gpt = gpt_model(model)
     layout = weight_layout(gpt, spec)
     tp_group, tp_rank = ps.get_tensor_model_parallel_group(), ps.get_tensor_model_parallel_rank()
     pp_group, pp_rank = ps.get_pipeline_model_parallel_group(), ps.get_pipeline_model_parallel_rank()
     pp_ranks = dist.get_process_group_ranks(pp_group)
-    if tp_rank == 0 and pp_rank == 0 and not every_replica and dist.get_rank() != 0:
+    if tp_rank == 0 and pp_rank == 0 and collects and not every_replica and dist.get_rank() != 0:
         raise RuntimeError(f"expected global rank 0 to be the first tensor- and pipeline-parallel rank, it is {dist.get_rank()}")
     params = dict(gpt.named_parameters())
     device = next(iter(params.values())).device
@@ -134,13 +151,20 @@ def hf_weights(model, spec: MegatronModelSpec, every_replica: bool = False) -> I
         if rule == skipped:
             continue
         if stage == pp_rank:
-            full = _gather_tp(layout, rule, params[rule.megatron], tp_group)
-            if tp_rank != 0:
+            if rule.expert is not None:
+                if not shares_experts:
+                    continue
+                full = _broadcast_expert(layout, rule, params[rule.megatron])
+            elif collects:
+                full = _gather_tp(layout, rule, params[rule.megatron], tp_group)
+            else:
+                continue
+            if tp_rank != 0 or not collects:
                 continue
             if pp_rank != 0:
                 _send(full, pp_ranks[0], pp_group)
                 continue
-        elif pp_rank == 0 and tp_rank == 0:
+        elif pp_rank == 0 and tp_rank == 0 and collects:
             full = _recv(pp_ranks[stage], pp_group, device)
         else:
             continue
@@ -159,6 +183,21 @@ def _model_rules(gpt, layout: WeightLayout, pp_group) -> list[tuple[int, WeightR
         for stage, stage_layers in enumerate(stages)
         for rule in stage_rules(layout, stage_layers, stage_layers[0] if stage_layers else 0, stage == 0, stage == last)
     ]
+
+
+def _broadcast_expert(layout: WeightLayout, rule: WeightRule, param: Tensor) -> Tensor:
+    """Routed expert `rule.expert` from the expert-parallel rank holding it to its group. Every
+    rank holds its local experts in the same shapes, so `param` (this rank's expert of the same
+    local index) sizes what arrives. Whole on each rank: experts are not tensor-parallel."""
+    from megatron.core import parallel_state as ps
+
+    group = ps.get_expert_model_parallel_group()
+    owner = expert_owner(layout, rule.expert)
+    if layout.ep == 1:
+        return param.detach().contiguous()
+    tensor = param.detach().contiguous() if ps.get_expert_model_parallel_rank() == owner else torch.empty_like(param)
+    dist.broadcast(tensor, src=dist.get_global_rank(group, owner), group=group)
+    return tensor
 
 
 def _gather_tp(layout: WeightLayout, rule: WeightRule, param: Tensor, tp_group) -> Tensor:

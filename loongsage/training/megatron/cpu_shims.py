@@ -1,9 +1,11 @@
 """What megatron-core assumes about CUDA, answered for a machine without it.
 
 megatron-core is written for GPUs. Run on CPU over gloo (tests, laptops, this project's CI),
-it meets five assumptions; each is answered here, and nothing else in the backend branches
-on the device. On a CUDA machine `install()` does nothing and `cuda_literals_on_cpu()` is a
-plain context: the real code paths run untouched.
+it meets five assumptions, and without TransformerEngine one slip of its own (6.); each is
+answered here, and nothing else in the backend branches on the device but the choice of MoE
+token dispatcher (model.token_dispatcher). On a CUDA machine `install()` answers only 6. (where
+TransformerEngine is missing) and `cuda_literals_on_cpu()` is a plain context: the real code
+paths run untouched.
 
 1. `torch.cuda.current_device()` is asked for the device of rotary tables, DDP grad buffers
    and the distributed optimizer's shards. Without CUDA it raises; here it answers "cpu".
@@ -24,6 +26,15 @@ plain context: the real code paths run untouched.
    CUDA-allocated GlobalMemoryBuffer.
 5. `torch.cuda.synchronize()` is called by distributed checkpointing, synchronous saves included
    (before it copies tensors to write them). Without CUDA there is nothing to wait for: a no-op.
+6. Not CUDA but TransformerEngine: the MoE router's gating linear (megatron 0.16,
+   moe_utils.RouterGatingLinearFunction) asks `te_general_gemm is not None`, a name that module
+   defines only when TransformerEngine imports; without it the router raises NameError. It is
+   defined as None there, which selects megatron's own torch.mm path. Done wherever
+   TransformerEngine is missing, a GPU machine without it included.
+
+The MoE token dispatcher is not shimmed: megatron's `alltoall` dispatcher creates a
+`torch.cuda.Stream` when it is built and moves its split sizes on it, so the CPU runs the
+`allgather` dispatcher, which uses only collectives gloo has (model.token_dispatcher).
 """
 
 from __future__ import annotations
@@ -60,7 +71,9 @@ def collective_backend() -> str:
 
 
 def install() -> None:
-    """Process-wide answers to 1., 3. and 5.; idempotent; a no-op where CUDA exists."""
+    """Process-wide answers to 1., 3., 5. and 6.; idempotent; only 6. (where TransformerEngine is
+    missing) where CUDA exists."""
+    _define_missing_te_gemm()
     if has_cuda():
         return
     torch.cuda.current_device = _cpu_device
@@ -71,6 +84,14 @@ def install() -> None:
 def cuda_literals_on_cpu() -> contextlib.AbstractContextManager:
     """The context megatron's optimizer and schedule calls run in (see 2. above)."""
     return contextlib.nullcontext() if has_cuda() else _CudaLiteralsOnCpu()
+
+
+def _define_missing_te_gemm() -> None:
+    """See 6. above."""
+    from megatron.core.transformer.moe import moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None
 
 
 def _cpu_device() -> str:

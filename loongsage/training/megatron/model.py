@@ -23,12 +23,40 @@ def use_transformer_engine() -> bool:
     return True
 
 
-def layer_spec(spec: MegatronModelSpec):
+def layer_spec(spec: MegatronModelSpec, config=None):
+    """What megatron builds each decoder layer of: one layer spec for a dense model; for a
+    mixture of experts (`config`, its TransformerConfig, required) megatron's block spec, which
+    gives each layer its dense or MoE spec after `moe_layer_freq`.
+
+    The experts: on a GPU with TransformerEngine its grouped GEMM (TEGroupedMLP, all local experts
+    in one kernel); elsewhere megatron's SequentialMLP, the local experts one after another as
+    plain torch linears (`moe_grouped_gemm`, set by `build_model`)."""
     from megatron.core.models.gpt import gpt_layer_specs
 
-    if use_transformer_engine():
+    te = use_transformer_engine()
+    if spec.is_moe:
+        if config is None:
+            raise ValueError("a mixture-of-experts layer spec needs the model's TransformerConfig")
+        return gpt_layer_specs.get_gpt_decoder_block_spec(config, use_transformer_engine=te, normalization="RMSNorm")
+    if te:
         return gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec(qk_layernorm=spec.qk_norm)
     return gpt_layer_specs.get_gpt_layer_local_spec(qk_layernorm=spec.qk_norm, normalization="RMSNorm")
+
+
+def token_dispatcher() -> str:
+    """megatron's MoE token dispatcher: how tokens reach the experts of other expert-parallel ranks.
+
+    GPU (NCCL): `alltoall`, megatron's default for expert parallelism: each rank sends each token
+    only to the ranks holding its experts, and the split sizes travel on a side CUDA stream.
+    CPU (gloo): `allgather`: every rank of the expert-parallel group gathers all of the group's
+    tokens, runs its local experts on those routed to them, and a reduce-scatter returns the sums.
+    The `alltoall` dispatcher creates a `torch.cuda.Stream` when it is built and synchronizes on
+    CUDA events, which a CPU has none of; `allgather` uses only all-gather and reduce-scatter,
+    which gloo runs. Both compute the same outputs (each token's top-k experts, weighted by its
+    probabilities); `allgather` moves ep times more activations, which matters on a GPU cluster,
+    not on a CPU test.
+    """
+    return "alltoall" if cpu_shims.has_cuda() else "allgather"
 
 
 def build_model(spec: MegatronModelSpec, *, dtype: torch.dtype = torch.float32):
@@ -45,9 +73,11 @@ def build_model(spec: MegatronModelSpec, *, dtype: torch.dtype = torch.float32):
     cpu_shims.install()
     tp = ps.get_tensor_model_parallel_world_size()
     pp = ps.get_pipeline_model_parallel_world_size()
-    _check_divisible(spec, tp, pp)
+    ep = ps.get_expert_model_parallel_world_size()
+    _check_divisible(spec, tp, pp, ep)
     config = TransformerConfig(
         **spec.transformer,
+        **(_expert_settings(ep) if spec.is_moe else {}),
         tensor_model_parallel_size=tp,
         pipeline_model_parallel_size=pp,
         params_dtype=dtype,
@@ -61,7 +91,7 @@ def build_model(spec: MegatronModelSpec, *, dtype: torch.dtype = torch.float32):
     with cpu_shims.cuda_literals_on_cpu():
         model = GPTModel(
             config=config,
-            transformer_layer_spec=layer_spec(spec),
+            transformer_layer_spec=layer_spec(spec, config),
             pre_process=ps.is_pipeline_first_stage(),
             post_process=ps.is_pipeline_last_stage(),
             **gpt_kwargs,
@@ -73,16 +103,38 @@ def build_model(spec: MegatronModelSpec, *, dtype: torch.dtype = torch.float32):
     return model.to(device=torch.cuda.current_device(), dtype=dtype)
 
 
-def _check_divisible(spec: MegatronModelSpec, tp: int, pp: int) -> None:
-    for field, value in (
-        ("num_attention_heads", spec.num_attention_heads),
-        ("num_key_value_heads", spec.num_query_groups),
-        ("intermediate_size", spec.ffn_hidden_size),
-    ):
+def _expert_settings(ep: int) -> dict:
+    """TransformerConfig fields of a mixture of experts that depend on where it runs.
+
+    Experts are split over `ep` expert-parallel ranks and never over tensor-parallel ranks
+    (expert_tensor_parallel_size 1): each expert is small (moe_intermediate_size 768 in
+    Qwen3-30B-A3B), so splitting it would cost a collective per expert for little memory, and
+    whole experts keep the weight conversion a plain copy per expert."""
+    return dict(
+        expert_model_parallel_size=ep,
+        expert_tensor_parallel_size=1,
+        moe_token_dispatcher_type=token_dispatcher(),
+        moe_grouped_gemm=use_transformer_engine(),
+    )
+
+
+def _check_divisible(spec: MegatronModelSpec, tp: int, pp: int, ep: int = 1) -> None:
+    splits = [("num_attention_heads", spec.num_attention_heads), ("num_key_value_heads", spec.num_query_groups)]
+    if len(spec.moe_layers) < spec.num_layers:  # some layer keeps a dense MLP
+        splits.append(("intermediate_size", spec.ffn_hidden_size))
+    if spec.shared_expert_size:
+        splits.append(("shared_expert_intermediate_size", spec.shared_expert_size))
+    for field, value in splits:
         if value % tp:
             raise ValueError(f"the model's {field}={value} does not split over trainer.megatron.tp={tp}")
     if spec.num_layers % pp:
         raise ValueError(f"the model's num_hidden_layers={spec.num_layers} does not split over trainer.megatron.pp={pp}")
+    if ep > 1 and not spec.is_moe:
+        raise ValueError(
+            f"trainer.megatron.ep={ep}: the model ({spec.family}) has no experts to split; leave trainer.megatron.ep at 1"
+        )
+    if spec.is_moe and spec.num_experts % ep:
+        raise ValueError(f"the model's num_experts={spec.num_experts} does not split over trainer.megatron.ep={ep}")
 
 
 def gpt_model(model):
@@ -96,24 +148,31 @@ def gpt_model(model):
     return model
 
 
-def forward_logits(model, input_ids: Tensor, position_ids: Tensor, first_position: int = 0) -> Tensor:
+def forward_logits(
+    model, input_ids: Tensor, position_ids: Tensor, first_position: int = 0, attention_mask: Tensor | None = None
+) -> Tensor:
     """Logits [B, T - first_position, V_local] of positions first_position.. on the last pipeline
     stage (this rank's vocabulary shard, padding columns at -inf); on an earlier stage, its output
     hidden states [T, B, H] (megatron's layout) for the next stage.
 
     `position_ids` must count 0..T-1 in every row (right padding): megatron's RoPE derives the
-    positions from the sequence length and does not read position_ids.
+    positions from the sequence length and does not read position_ids. `attention_mask` [B, T]
+    (1 = token, 0 = padding), for a mixture of experts: the routers' load-balancing loss counts
+    only the tokens, so that it does not depend on how far a micro-batch was padded.
     """
     gpt = gpt_model(model)
     _check_positions(position_ids)
     mask = causal_mask(input_ids.shape[1], str(input_ids.device))
+    routing = {}
+    if attention_mask is not None and gpt.config.num_moe_experts:
+        routing = dict(padding_mask=attention_mask == 0)  # megatron's: True = padding
     hook = None
     if gpt.post_process and first_position:
         # Only the output layer is skipped for the leading positions: the decoder (its final
         # norm included) still sees every token.
         hook = gpt.decoder.register_forward_hook(lambda _module, _args, hidden: hidden[first_position:])
     try:
-        output = model(input_ids, position_ids, attention_mask=mask)
+        output = model(input_ids, position_ids, attention_mask=mask, **routing)
     finally:
         if hook is not None:
             hook.remove()

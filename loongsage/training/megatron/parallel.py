@@ -1,4 +1,11 @@
-"""megatron-core's parallel state for this rank: the tensor-, pipeline- and data-parallel groups."""
+"""megatron-core's parallel state for this rank: the tensor-, pipeline-, data- and
+expert-parallel groups.
+
+Expert parallelism adds no ranks: megatron carves its expert-parallel groups out of the
+tp * dp ranks of each pipeline stage (world = pp * expert_tp * ep * expert_dp, with
+expert_tp = 1 here, model._expert_settings), so `trainer.megatron.ep` must divide tp * dp. The
+ep ranks of a group hold different experts of every MoE layer and share the tokens of their
+data-parallel shards with each other; everything else stays as without experts."""
 
 from __future__ import annotations
 
@@ -6,12 +13,16 @@ from dataclasses import dataclass
 
 import torch.distributed as dist
 
+from loongsage.config.parallel import expert_parallel_problem
 from loongsage.config.schema import MegatronConfig
 from loongsage.training.megatron import cpu_shims
 
 # megatron-LM's offset for the tensor-parallel RNG stream (model_parallel_cuda_manual_seed):
 # every tensor-parallel rank draws a different stream, data-parallel replicas the same one.
 TENSOR_PARALLEL_SEED_OFFSET = 2718
+# ... and for the experts' stream: one per expert-parallel rank (megatron-LM's values).
+EXPERT_PARALLEL_SEED_OFFSET = 1024
+EXPERT_PARALLEL_SEED_STRIDE = 100
 
 
 @dataclass(frozen=True)
@@ -24,6 +35,8 @@ class Layout:
     pp_size: int
     dp_rank: int
     dp_size: int
+    ep_rank: int
+    ep_size: int
     tp_group: dist.ProcessGroup
     pp_group: dist.ProcessGroup
     # gloo over the data-parallel ranks, for the step's bookkeeping (token counts, metrics),
@@ -38,7 +51,6 @@ class Layout:
 def init_model_parallel(layout: MegatronConfig, seed: int) -> Layout:
     """Collective over the (already joined) default group, whose size is tp * pp * dp."""
     from megatron.core import parallel_state as ps
-    from megatron.core import tensor_parallel
 
     cpu_shims.install()
     expected = layout.tp * layout.pp * layout.dp
@@ -47,10 +59,16 @@ def init_model_parallel(layout: MegatronConfig, seed: int) -> Layout:
             f"the trainer has {dist.get_world_size()} ranks but trainer.megatron.tp * pp * dp = "
             f"{layout.tp} * {layout.pp} * {layout.dp} = {expected}"
         )
-    ps.initialize_model_parallel(tensor_model_parallel_size=layout.tp, pipeline_model_parallel_size=layout.pp)
-    tracker = tensor_parallel.get_cuda_rng_tracker()
-    tracker.reset()
-    tracker.add("model-parallel-rng", seed + TENSOR_PARALLEL_SEED_OFFSET + ps.get_tensor_model_parallel_rank())
+    problem = expert_parallel_problem(layout.tp, layout.dp, layout.ep)
+    if problem:
+        raise ValueError(problem)
+    ps.initialize_model_parallel(
+        tensor_model_parallel_size=layout.tp,
+        pipeline_model_parallel_size=layout.pp,
+        expert_model_parallel_size=layout.ep,
+        expert_tensor_parallel_size=1,
+    )
+    add_rng_streams(seed)
     return Layout(
         tp_rank=ps.get_tensor_model_parallel_rank(),
         tp_size=ps.get_tensor_model_parallel_world_size(),
@@ -58,10 +76,47 @@ def init_model_parallel(layout: MegatronConfig, seed: int) -> Layout:
         pp_size=ps.get_pipeline_model_parallel_world_size(),
         dp_rank=ps.get_data_parallel_rank(),
         dp_size=ps.get_data_parallel_world_size(),
+        ep_rank=ps.get_expert_model_parallel_rank(),
+        ep_size=ps.get_expert_model_parallel_world_size(),
         tp_group=ps.get_tensor_model_parallel_group(),
         pp_group=ps.get_pipeline_model_parallel_group(),
         dp_cpu_group=ps.get_data_parallel_group_gloo(),
     )
+
+
+def add_rng_streams(seed: int) -> None:
+    """megatron's named RNG streams for this rank (parallel state initialized), as megatron-LM's
+    model_parallel_cuda_manual_seed seeds them: the tensor-parallel stream (attention dropout
+    forks it) and the expert-parallel one (expert layers' initialization on a GPU forks it)."""
+    from megatron.core import parallel_state as ps
+    from megatron.core import tensor_parallel
+
+    tracker = tensor_parallel.get_cuda_rng_tracker()
+    tracker.reset()
+    tracker.add("model-parallel-rng", seed + TENSOR_PARALLEL_SEED_OFFSET + ps.get_tensor_model_parallel_rank())
+    expert_seed = (
+        seed
+        + EXPERT_PARALLEL_SEED_OFFSET
+        + EXPERT_PARALLEL_SEED_STRIDE * ps.get_expert_model_parallel_rank()
+        + ps.get_expert_tensor_parallel_rank()
+    )
+    tracker.add(tensor_parallel.get_expert_parallel_rng_tracker_name(), expert_seed)
+
+
+def check_trainable(spec, tp: int) -> None:
+    """Refuse, before anything is built, a layout megatron-core cannot train this model under.
+
+    megatron-core trains MoE layers under tensor parallelism only with sequence parallelism
+    (MoELayer.forward raises otherwise: without it every tensor-parallel rank routes the same
+    tokens, and the experts' gradients would count each token tp times). This backend runs
+    without sequence parallelism (cpu_shims.CPU_OFF), so experts train at tp = 1; tensor
+    parallelism still serves conversion and inference."""
+    if spec.is_moe and tp > 1:
+        raise ValueError(
+            f"trainer.megatron.tp={tp} with a mixture-of-experts model ({spec.family}): megatron-core trains expert "
+            f"layers under tensor parallelism only with sequence parallelism, which this backend does not run; "
+            f"set trainer.megatron.tp=1 and split the experts with trainer.megatron.ep"
+        )
 
 
 def destroy_model_parallel() -> None:

@@ -31,7 +31,9 @@ def run_micro_batches(model, micros: list[PackedBatch], layout: Layout, on_score
 
     def forward_step(data_iterator, chunk):
         index, micro = next(data_iterator)
-        logits = forward_logits(chunk, micro.input_ids, micro.position_ids, first_position=micro.first_column)
+        logits = forward_logits(
+            chunk, micro.input_ids, micro.position_ids, first_position=micro.first_column, attention_mask=micro.attention_mask
+        )
 
         def loss_func(output: Tensor):
             vocab_start = layout.tp_rank * output.shape[-1]

@@ -17,6 +17,17 @@ Megatron's layouts, as its modules read them:
 - word_embeddings, output_layer (vocab-parallel): rows padded to the padded vocabulary, split.
 - norms are replicated. With TransformerEngine's spec the pre-attention and pre-MLP norms live
   inside linear_qkv / linear_fc1 as `layer_norm_weight`; with the local spec they are modules.
+  An MoE layer keeps its pre-MLP norm a module (`pre_mlp_layernorm`) under either spec.
+- MoE layers (names read off the built models): `mlp.router.weight` [E, H] is HF's
+  `mlp.gate.weight`, replicated. Each expert is a gated MLP whose linear_fc1 is [gate; up] and
+  linear_fc2 its down projection, whole on every tensor-parallel rank (expert tensor parallelism
+  1, model._expert_settings). Expert parallelism: ep rank r holds global experts
+  [r * E/ep, (r + 1) * E/ep) as its local experts 0..E/ep-1, named
+  `mlp.experts.local_experts.<local>.linear_fc{1,2}.weight` (SequentialMLP, the local spec) or
+  `mlp.experts.linear_fc{1,2}.weight<local>` (TEGroupedMLP, TransformerEngine's grouped GEMM).
+  Qwen2-MoE's shared expert is `mlp.shared_experts.linear_fc{1,2}` (tensor-parallel like a
+  dense MLP) and its gate `mlp.shared_experts.gate_weight` [1, H] is HF's
+  `mlp.shared_expert_gate.weight`, replicated.
 """
 
 from __future__ import annotations
@@ -47,10 +58,11 @@ class TpSplit(enum.Enum):
 
 @dataclass(frozen=True)
 class WeightRule:
-    megatron: str  # parameter name in this rank's GPTModel (layer index local to the stage)
+    megatron: str  # parameter name in this rank's GPTModel (layer index local to the stage, expert local to the ep rank)
     hf: tuple[str, ...]  # the HF tensors it is made of, in fusion order
     fusion: Fusion
     split: TpSplit
+    expert: int | None = None  # a routed expert's global index: held by one expert-parallel rank (`expert_owner`)
 
 
 @dataclass(frozen=True)
@@ -61,18 +73,35 @@ class WeightLayout:
     tp: int
     padded_vocab: int
     norms_in_linears: bool  # TransformerEngine's spec: layer norms fused into linear_qkv / linear_fc1
+    ep: int = 1  # expert-parallel size: each rank holds spec.num_experts / ep experts per MoE layer
+    grouped_experts: bool = False  # TransformerEngine's TEGroupedMLP (weights `weight<i>`), else SequentialMLP
+
+    @property
+    def local_experts(self) -> int:
+        return self.spec.num_experts // self.ep
+
+
+def expert_owner(layout: WeightLayout, expert: int) -> int:
+    """The expert-parallel rank holding global expert `expert`."""
+    return expert // layout.local_experts
 
 
 # HF files written by older transformers carry RoPE tables as buffers; they are not weights.
 IGNORED_HF_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
-def layer_rules(layout: WeightLayout, layer: int, local_layer: int) -> list[WeightRule]:
-    """Rules of decoder layer `layer` (global HF index), held as megatron layer `local_layer`."""
+def layer_rules(layout: WeightLayout, layer: int, local_layer: int, ep_rank: int | None = None) -> list[WeightRule]:
+    """Rules of decoder layer `layer` (global HF index), held as megatron layer `local_layer`.
+    An MoE layer's routed experts: those of expert-parallel rank `ep_rank`, or with None every
+    expert (each named by its local index on the rank that holds it), in HF order."""
     hf = f"model.layers.{layer}."
     mg = f"decoder.layers.{local_layer}."
     attention, mlp = mg + "self_attention.", mg + "mlp."
-    if layout.norms_in_linears:
+    moe = layer in layout.spec.moe_layers
+    if moe:
+        input_norm = attention + "linear_qkv.layer_norm_weight" if layout.norms_in_linears else mg + "input_layernorm.weight"
+        pre_mlp_norm = mg + "pre_mlp_layernorm.weight"
+    elif layout.norms_in_linears:
         input_norm, pre_mlp_norm = attention + "linear_qkv.layer_norm_weight", mlp + "linear_fc1.layer_norm_weight"
     else:
         input_norm, pre_mlp_norm = mg + "input_layernorm.weight", mg + "pre_mlp_layernorm.weight"
@@ -91,14 +120,40 @@ def layer_rules(layout: WeightLayout, layer: int, local_layer: int) -> list[Weig
     rules += [
         WeightRule(attention + "linear_proj.weight", (hf + "self_attn.o_proj.weight",), Fusion.COPY, TpSplit.COLUMNS),
         WeightRule(pre_mlp_norm, (hf + "post_attention_layernorm.weight",), Fusion.COPY, TpSplit.REPLICATED),
-        WeightRule(
-            mlp + "linear_fc1.weight",
-            (hf + "mlp.gate_proj.weight", hf + "mlp.up_proj.weight"),
-            Fusion.GATE_UP,
-            TpSplit.GATE_UP,
-        ),
-        WeightRule(mlp + "linear_fc2.weight", (hf + "mlp.down_proj.weight",), Fusion.COPY, TpSplit.COLUMNS),
     ]
+    if moe:
+        return rules + moe_rules(layout, hf + "mlp.", mlp, ep_rank)
+    return rules + dense_mlp_rules(mlp, hf + "mlp.")
+
+
+def dense_mlp_rules(mg: str, hf: str) -> list[WeightRule]:
+    """A gated MLP split over tensor-parallel ranks: `mg` + linear_fc1/2 from `hf` + gate/up/down_proj."""
+    return [
+        WeightRule(mg + "linear_fc1.weight", (hf + "gate_proj.weight", hf + "up_proj.weight"), Fusion.GATE_UP, TpSplit.GATE_UP),
+        WeightRule(mg + "linear_fc2.weight", (hf + "down_proj.weight",), Fusion.COPY, TpSplit.COLUMNS),
+    ]
+
+
+def moe_rules(layout: WeightLayout, hf: str, mg: str, ep_rank: int | None) -> list[WeightRule]:
+    """An MoE block, in HF's order: router, routed experts, shared expert and its gate."""
+    rules = [WeightRule(mg + "router.weight", (hf + "gate.weight",), Fusion.COPY, TpSplit.REPLICATED)]
+    local = layout.local_experts
+    experts = range(layout.spec.num_experts) if ep_rank is None else range(ep_rank * local, (ep_rank + 1) * local)
+    for expert in experts:
+        source = f"{hf}experts.{expert}."
+        if layout.grouped_experts:
+            fc1, fc2 = f"{mg}experts.linear_fc1.weight{expert % local}", f"{mg}experts.linear_fc2.weight{expert % local}"
+        else:
+            fc1, fc2 = (f"{mg}experts.local_experts.{expert % local}.linear_fc{i}.weight" for i in (1, 2))
+        rules += [
+            WeightRule(fc1, (source + "gate_proj.weight", source + "up_proj.weight"), Fusion.GATE_UP, TpSplit.REPLICATED, expert),
+            WeightRule(fc2, (source + "down_proj.weight",), Fusion.COPY, TpSplit.REPLICATED, expert),
+        ]
+    if layout.spec.shared_expert_size:
+        rules += dense_mlp_rules(mg + "shared_experts.", hf + "shared_expert.")
+        rules.append(
+            WeightRule(mg + "shared_experts.gate_weight", (hf + "shared_expert_gate.weight",), Fusion.COPY, TpSplit.REPLICATED)
+        )
     return rules
 
 
@@ -118,12 +173,18 @@ def output_rule(layout: WeightLayout) -> WeightRule:
 
 
 def stage_rules(
-    layout: WeightLayout, layers: Iterable[int], layer_offset: int, pre_process: bool, post_process: bool
+    layout: WeightLayout,
+    layers: Iterable[int],
+    layer_offset: int,
+    pre_process: bool,
+    post_process: bool,
+    ep_rank: int | None = None,
 ) -> list[WeightRule]:
-    """The rules of one pipeline stage holding global `layers`, in HF order."""
+    """The rules of one pipeline stage holding global `layers`, in HF order: with `ep_rank` the
+    routed experts that expert-parallel rank holds, without it every expert."""
     rules = [embedding_rule()] if pre_process else []
     for layer in layers:
-        rules += layer_rules(layout, layer, layer - layer_offset)
+        rules += layer_rules(layout, layer, layer - layer_offset, ep_rank)
     if post_process:
         rules.append(final_norm_rule())
         if not (pre_process and layout.spec.tie_word_embeddings):  # tied on one stage: no second tensor

@@ -1,7 +1,8 @@
 """One rank of the Megatron trainer: megatron-core's GPTModel, DDP and optimizer, driven by
 its forward-backward schedule, training the same objective as the HF backend.
 
-A plain class: TrainGroup runs tp * pp * dp of them as Ray actors; tests may use it in-process.
+A plain class: TrainGroup runs tp * pp * dp of them as Ray actors (mixtures of experts: the
+experts split over trainer.megatron.ep of them); tests may use it in-process.
 Every method but `rendezvous_address` is collective over all ranks.
 """
 
@@ -20,10 +21,10 @@ from loongsage.training.batch import PackedBatch, pack_samples, split_even, spli
 from loongsage.training.lr_schedule import Warmup
 from loongsage.training.megatron import checkpoint, cpu_shims
 from loongsage.training.megatron.convert import holds_full_weights, host_weights, load_hf_weights
-from loongsage.training.megatron.mapping import model_spec
+from loongsage.training.megatron.mapping import model_spec, with_aux_loss_coeff
 from loongsage.training.megatron.model import build_model
 from loongsage.training.megatron.optim import build_optimizer, set_lr, wrap_ddp
-from loongsage.training.megatron.parallel import destroy_model_parallel, init_model_parallel
+from loongsage.training.megatron.parallel import check_trainable, destroy_model_parallel, init_model_parallel
 from loongsage.training.megatron.schedule import run_micro_batches
 from loongsage.training.metrics import StepMetrics
 from loongsage.training.objective import check_off_policy_inputs, micro_objective, supervised_objective
@@ -36,13 +37,17 @@ from loongsage.training.settings import train_ranks
 from loongsage.training.shares import global_shares
 from loongsage.transfer.source_routes import SourceReport
 
+ROUTER_WEIGHT = ".mlp.router.weight"  # megatron's name of each MoE layer's router (weight_layout.moe_rules)
+
 
 class MegatronWorker(TrainRank):
     def setup(self, master_addr: str, master_port: int) -> None:
+        spec = model_spec(json.loads((self.model_path / "config.json").read_text()))
+        self.spec = with_aux_loss_coeff(spec, self.trainer.moe.aux_loss_coeff)
+        self._refuse_unread_settings()  # before any rank waits for the others
         join_process_group(master_addr, master_port, self.rank, train_ranks(self.trainer), cpu_shims.collective_backend())
         self.layout = init_model_parallel(self.trainer.megatron, self.seed)
-        self.spec = model_spec(json.loads((self.model_path / "config.json").read_text()))
-        self.model = wrap_ddp(self._load_model(), self.trainer.megatron)
+        self.model = wrap_ddp(self._trainable(self._load_model()), self.trainer.megatron)
         self.optimizer = build_optimizer(self.model, self.trainer, self.trainer.megatron)
         self.warmup = Warmup(self.trainer.warmup_steps)
         self.ref_model = self._load_model().requires_grad_(False) if self.algo.kl_coef > 0 else None
@@ -146,10 +151,34 @@ class MegatronWorker(TrainRank):
         return logprobs
 
     def _pack(self, samples: list[Sample]) -> list[PackedBatch]:
-        # Pipeline stages hand each other activations of one fixed shape: pad every micro-batch alike.
-        width = max(sample.num_tokens for sample in samples) if self.layout.pp_size > 1 else None
         chunks = split_micro_batches(samples, self.trainer.micro_batch_size)
-        return [pack_samples(chunk, width).to(cpu_shims.device()) for chunk in chunks]
+        widths = [max(sample.num_tokens for sample in chunk) for chunk in chunks]
+        if self.layout.ep_size > 1:
+            widths = self._expert_group_widths(widths)
+        if self.layout.pp_size > 1:
+            # Pipeline stages hand each other activations of one fixed shape: pad every micro-batch alike.
+            widths = [max(widths)] * len(widths)
+        return [pack_samples(chunk, width).to(cpu_shims.device()) for chunk, width in zip(chunks, widths)]
+
+    def _expert_group_widths(self, widths: list[int]) -> list[int]:
+        """Each micro-batch padded to the widest of its index over the data-parallel ranks.
+
+        Under expert parallelism the data-parallel ranks of an expert group run every MoE layer
+        together, micro-batch by micro-batch: they must have as many micro-batches, and
+        megatron's CPU token dispatcher (all-gather, model.token_dispatcher) as many tokens in
+        each. The padding changes no token's result, nor the routers' load-balancing loss (it
+        counts only tokens: forward_logits)."""
+        group = self.layout.dp_cpu_group
+        counts = torch.tensor([len(widths), -len(widths)])
+        dist.all_reduce(counts, op=dist.ReduceOp.MAX, group=group)
+        if counts[0] != -counts[1]:
+            raise ValueError(
+                f"the data-parallel ranks have from {-int(counts[1])} to {int(counts[0])} micro-batches; under "
+                f"trainer.megatron.ep={self.layout.ep_size} they must have as many (equal shards of whole micro-batches)"
+            )
+        common = torch.tensor(widths)
+        dist.all_reduce(common, op=dist.ReduceOp.MAX, group=group)
+        return common.tolist()
 
     def _from_last_stage(self, value):
         """Only the last pipeline stage computes losses and log-probs; every stage returns its values."""
@@ -163,6 +192,26 @@ class MegatronWorker(TrainRank):
     def _step_metrics(self, with_kl: bool, with_is: bool = False) -> StepMetrics:
         # Tensor-parallel peers hold the same values: the batch is spread over data-parallel ranks only.
         return StepMetrics(with_kl=with_kl, with_is=with_is, group=self.layout.dp_cpu_group)
+
+    def _refuse_unread_settings(self) -> None:
+        """Settings this model or this backend cannot honour, refused by name, not ignored."""
+        check_trainable(self.spec, self.trainer.megatron.tp)
+        if self.trainer.moe.freeze_router and not self.spec.is_moe:
+            raise ValueError(f"trainer.moe.freeze_router=true: the model ({self.spec.family}) has no experts; leave it at false")
+        if self.algo.routing_replay:
+            # megatron-core's RouterReplay is not wired to the engines' routes in this backend yet.
+            raise ValueError(
+                "algorithm.routing_replay=true is not read by trainer.backend=megatron yet; use trainer.backend=fsdp"
+            )
+
+    def _trainable(self, model):
+        """trainer.moe.freeze_router: the routers take no gradient, so megatron's DDP gives them no
+        grad buffer and its optimizer no state; they stay as loaded."""
+        if self.trainer.moe.freeze_router:
+            for name, param in model.named_parameters():
+                if name.endswith(ROUTER_WEIGHT):
+                    param.requires_grad_(False)
+        return model
 
     def _load_model(self):
         model = build_model(self.spec, dtype=self.dtype)

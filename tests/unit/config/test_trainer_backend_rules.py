@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from omegaconf import OmegaConf
 
-from loongsage.config import Config, ConfigError, MegatronConfig, check
+from loongsage.config import Config, ConfigError, MegatronConfig, MoeConfig, check
 from loongsage.config.parallel import data_parallel_key, data_parallel_size, train_ranks, train_ranks_named
 from loongsage.config.schema import RoleConfig, RolesConfig, RolloutRoleConfig
 from loongsage.training.settings import trainer_settings
@@ -84,6 +84,46 @@ def test_megatron_knobs_without_the_megatron_backend_are_refused_by_name():
     ) in message
     with pytest.raises(ConfigError, match=re.escape("trainer.megatron.dp=2 only applies to trainer.backend=megatron")):
         compose_config("trainer.megatron.dp=2")
+
+
+def test_expert_parallelism_is_carved_out_of_the_tensor_and_data_parallel_ranks():
+    """trainer.megatron.ep adds no ranks: it must divide tp * dp (megatron's expert groups)."""
+    for tp, dp, ep in ((1, 2, 2), (2, 2, 4), (1, 4, 2), (2, 1, 2)):
+        cfg = megatron(tp=tp, dp=dp, micro_batch_size=2)
+        cfg.trainer.megatron.ep = ep
+        check(cfg)
+        assert train_ranks(cfg.trainer) == tp * dp
+    cfg = megatron(dp=2)
+    cfg.trainer.megatron.ep = 4
+    assert (
+        "trainer.megatron.ep=4 must divide trainer.megatron.tp * trainer.megatron.dp = 1 * 2 = 2: megatron forms the "
+        "expert-parallel groups out of each pipeline stage's tensor- and data-parallel ranks"
+    ) in problems(cfg)
+    cfg = megatron(dp=2)
+    cfg.trainer.megatron.ep = 0
+    message = problems(cfg)
+    assert "trainer.megatron.ep=0 must be >= 1" in message and "must divide" not in message
+    fsdp = Config()
+    fsdp.trainer.megatron = MegatronConfig(ep=2)
+    assert "trainer.megatron.ep=2 only applies to trainer.backend=megatron" in problems(fsdp)
+
+
+def test_router_settings_are_refused_by_name_under_a_backend_that_does_not_read_them():
+    cfg = Config()
+    cfg.trainer.moe.aux_loss_coeff = 0.01
+    cfg.trainer.moe.freeze_router = True
+    assert (
+        "trainer.moe.aux_loss_coeff=0.01, trainer.moe.freeze_router=True is not read by trainer.backend=fsdp (only by "
+        "trainer.backend=megatron): set trainer.backend=megatron, or leave trainer.moe.* at the defaults"
+    ) in problems(cfg)
+    cfg = megatron()
+    cfg.trainer.moe.aux_loss_coeff = 0.01
+    cfg.trainer.moe.freeze_router = True
+    check(cfg)
+    cfg.trainer.moe.aux_loss_coeff = -1.0
+    assert "trainer.moe.aux_loss_coeff=-1.0 must be >= 0" in problems(cfg)
+    composed = compose_config("recipe=math_grpo", "trainer.backend=megatron", "trainer.moe.freeze_router=true", "model=tiny")
+    assert trainer_settings(composed.trainer).moe == MoeConfig(aux_loss_coeff=None, freeze_router=True)
 
 
 @pytest.mark.parametrize("field", ["tp", "pp", "dp"])

@@ -47,18 +47,16 @@ def _join(rank: int, world_size: int, store: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world_size)
 
 
-def _parallel_state(tp: int, pp: int) -> None:
+def _parallel_state(tp: int, pp: int, ep: int = 1) -> None:
     from megatron.core import parallel_state as ps
-    from megatron.core import tensor_parallel
 
     from loongsage.training.megatron import cpu_shims
+    from loongsage.training.megatron.parallel import add_rng_streams
 
     cpu_shims.install()
     ps.destroy_model_parallel()
-    ps.initialize_model_parallel(tp, pp)
-    tracker = tensor_parallel.get_cuda_rng_tracker()
-    tracker.reset()
-    tracker.add("model-parallel-rng", 1234)
+    ps.initialize_model_parallel(tp, pp, expert_model_parallel_size=ep, expert_tensor_parallel_size=1)
+    add_rng_streams(1234)
 
 
 def _loaded(hf_dir: Path):
@@ -178,6 +176,86 @@ def pipeline_parallel_program(rank: int, world_size: int, store: str, models: di
         dist.all_gather_object(gathered, last_stage_logits[0] if last_stage_logits else None)
         results[name]["pp2_logits"] = gathered[-1]
         results[name]["pp2_weights"] = dict(hf_weights(model, spec))
+    if rank == 0:
+        torch.save(results, out)
+    ps.destroy_model_parallel()
+    dist.destroy_process_group()
+
+
+def expert_parallel_program(rank: int, world_size: int, store: str, models: dict[str, str], out: str) -> None:
+    """Two ranks, each MoE model: at ep=1 (two data-parallel replicas) logits and a distributed
+    checkpoint; at ep=2 (tp=1, dp=2: each rank holds 2 of the 4 experts) the HF tensors each rank
+    read, logits of both ranks' own batches, hf_weights (to rank 0; and to every replica), and
+    the ep=1 checkpoint loaded; at tp=2 with ep=2 (the expert group spans the tensor-parallel
+    ranks) logits and hf_weights."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    from loongsage.models.safetensors_io import SafetensorsReader
+    from loongsage.training.megatron.convert import hf_weights
+    from loongsage.training.megatron.hf_convert import load_megatron_checkpoint, save_megatron_checkpoint
+    from loongsage.training.megatron.model import forward_logits
+
+    _join(rank, world_size, store)
+    results: dict = {name: {} for name in models}
+    read: list[str] = []
+    plain_read = SafetensorsReader.tensor
+
+    def recording_read(reader, name):
+        read.append(name)
+        return plain_read(reader, name)
+
+    def checkpoint_dir(name: str) -> Path:
+        return Path(out).parent / f"{name}_ep1"
+
+    _parallel_state(tp=1, pp=1, ep=1)
+    for name, hf_dir in models.items():
+        model, spec = _loaded(Path(hf_dir))
+        with torch.no_grad():
+            results[name]["ep1_logits"] = forward_logits(model, *token_ids(spec.vocab_size))
+        if rank == 0:
+            checkpoint_dir(name).mkdir()
+        dist.barrier()
+        save_megatron_checkpoint(model, checkpoint_dir(name), hf_dir)
+
+    _parallel_state(tp=1, pp=1, ep=2)
+    SafetensorsReader.tensor = recording_read
+    for name, hf_dir in models.items():
+        read.clear()
+        model, spec = _loaded(Path(hf_dir))
+        results[name]["ep2_read"] = sorted(set(read))
+        results[name]["ep2_local_experts"] = sorted(n for n, _ in model.named_parameters() if "local_experts" in n)
+        ids, positions = token_ids(spec.vocab_size)
+        mine = ids.roll(rank, dims=0)  # each data-parallel rank its own batch: tokens really move between ranks
+        with torch.no_grad():
+            local = forward_logits(model, mine, positions).roll(-rank, dims=0)
+        both = [torch.empty_like(local) for _ in range(2)]
+        dist.all_gather(both, local)
+        results[name]["ep2_logits"] = both
+        results[name]["ep2_weights"] = list(hf_weights(model, spec))
+        every = [None] * world_size
+        dist.all_gather_object(every, sorted(n for n, _ in hf_weights(model, spec, every_replica=True)))
+        results[name]["ep2_every_replica_names"] = every
+        from_checkpoint, _ = _loaded(Path(hf_dir))
+        for param in from_checkpoint.parameters():
+            param.data.zero_()
+        load_megatron_checkpoint(from_checkpoint, checkpoint_dir(name))
+        same = all(torch.equal(a, b) for a, b in zip(model.parameters(), from_checkpoint.parameters(), strict=True))
+        agree = torch.tensor([int(same)])
+        dist.all_reduce(agree, op=dist.ReduceOp.MIN)
+        results[name]["ep2_from_ep1_checkpoint_equal"] = bool(agree.item())
+    SafetensorsReader.tensor = plain_read
+
+    _parallel_state(tp=2, pp=1, ep=2)
+    tp_group = ps.get_tensor_model_parallel_group()
+    for name, hf_dir in models.items():
+        model, spec = _loaded(Path(hf_dir))
+        with torch.no_grad():
+            local = forward_logits(model, *token_ids(spec.vocab_size))
+        pieces = [torch.empty_like(local) for _ in range(2)]
+        dist.all_gather(pieces, local, group=tp_group)
+        results[name]["tp2_ep2_logits"] = torch.cat(pieces, dim=-1)
+        results[name]["tp2_ep2_weights"] = list(hf_weights(model, spec))
     if rank == 0:
         torch.save(results, out)
     ps.destroy_model_parallel()

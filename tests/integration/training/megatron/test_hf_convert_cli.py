@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from loongsage.models.safetensors_io import SafetensorsReader
 from tests.paths import REPO_ROOT
 
@@ -21,11 +23,19 @@ def _convert(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_hf_to_megatron_to_hf_is_bit_identical(tmp_path, tiny_model_path):
+@pytest.fixture(params=["tiny", "tiny-moe"])
+def model_path(request) -> str:
+    """The tiny Llama, and the tiny Qwen3-MoE (one tensor per expert in its files)."""
+    from loongsage.models.tiny import tiny_dir, tiny_moe_dir
+
+    return str({"tiny": tiny_dir, "tiny-moe": tiny_moe_dir}[request.param]())
+
+
+def test_hf_to_megatron_to_hf_is_bit_identical(tmp_path, model_path):
     import torch
 
     megatron_dir, hf_dir = tmp_path / "megatron", tmp_path / "hf"
-    forward = _convert("hf-to-megatron", tiny_model_path, str(megatron_dir))
+    forward = _convert("hf-to-megatron", model_path, str(megatron_dir))
     assert forward.returncode == 0, forward.stderr
     assert (megatron_dir / "latest_checkpointed_iteration.txt").read_text() == "release"
     assert (megatron_dir / "release" / ".metadata").is_file()  # torch_dist's own index
@@ -34,11 +44,11 @@ def test_hf_to_megatron_to_hf_is_bit_identical(tmp_path, tiny_model_path):
     back = _convert("megatron-to-hf", str(megatron_dir), str(hf_dir))
     assert back.returncode == 0, back.stderr
 
-    with SafetensorsReader(tiny_model_path) as original, SafetensorsReader(hf_dir) as converted:
+    with SafetensorsReader(model_path) as original, SafetensorsReader(hf_dir) as converted:
         assert converted.names == original.names
         for name in original.names:
             assert torch.equal(converted.tensor(name), original.tensor(name)), name
-    source = Path(tiny_model_path)
+    source = Path(model_path)
     assert {p.name for p in hf_dir.iterdir()} == {p.name for p in source.iterdir()}
     for copied in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         assert (hf_dir / copied).read_bytes() == (source / copied).read_bytes()

@@ -1,5 +1,6 @@
-"""Megatron tensor and pipeline parallelism over two real gloo processes: logits and weights
-agree with one rank and with the HF files, and a checkpoint converted at tp=1 loads at tp=2."""
+"""Megatron tensor, pipeline and expert parallelism over two real gloo processes: logits and
+weights agree with one rank and with the HF files, and a checkpoint converted at tp=1 (ep=1)
+loads at tp=2 (ep=2)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import torch
 
 from loongsage.models.safetensors_io import SafetensorsReader
 from tests.integration.training.megatron.megatron_ranks import (
+    expert_parallel_program,
     pipeline_parallel_program,
     run_ranks,
     tensor_parallel_program,
@@ -20,7 +22,8 @@ from tests.unit.training.megatron.hf_models import save_random_hf_model
 def hf_dirs(tmp_path_factory, tiny_model_path) -> dict[str, str]:
     root = tmp_path_factory.mktemp("hf")
     return {"tiny": tiny_model_path} | {
-        family: str(save_random_hf_model(family, root / family)) for family in ("qwen2", "qwen3", "llama")
+        family: str(save_random_hf_model(family, root / family))
+        for family in ("qwen2", "qwen3", "llama", "qwen3_moe", "qwen2_moe")
     }
 
 
@@ -61,10 +64,11 @@ def test_tensor_parallel_two_ranks(tmp_path, hf_dirs):
 
 
 def test_pipeline_parallel_two_ranks(tmp_path, hf_dirs):
-    models = {name: hf_dirs[name] for name in ("tiny", "llama")}  # tied with 2 layers, untied with 4
+    # tied with 2 layers, untied with 4, and experts in the second stage's layer only
+    models = {name: hf_dirs[name] for name in ("tiny", "llama", "qwen3_moe")}
     run_ranks(pipeline_parallel_program, 2, models, str(tmp_path / "results.pt"))
     results = torch.load(tmp_path / "results.pt", weights_only=False)
-    assert results["tiny"]["stage_layers"] == [[0], [1]]
+    assert results["tiny"]["stage_layers"] == results["qwen3_moe"]["stage_layers"] == [[0], [1]]
     assert results["llama"]["stage_layers"] == [[0, 1], [2, 3]]
     for name, hf_dir in models.items():
         got = results[name]
@@ -76,3 +80,33 @@ def test_pipeline_parallel_two_ranks(tmp_path, hf_dirs):
         assert got["pp2_weights"].keys() == stored.keys(), name
         for tensor_name, tensor in stored.items():
             assert torch.equal(got["pp2_weights"][tensor_name], tensor), f"{name}: {tensor_name}"
+
+
+def test_expert_parallel_two_ranks(tmp_path, hf_dirs):
+    models = {name: hf_dirs[name] for name in ("qwen3_moe", "qwen2_moe")}
+    run_ranks(expert_parallel_program, 2, models, str(tmp_path / "results.pt"))
+    results = torch.load(tmp_path / "results.pt", weights_only=False)
+    for name, hf_dir in models.items():
+        got, stored = results[name], _stored(hf_dir)
+        vocab = stored["model.embed_tokens.weight"].shape[0]
+        reference = got["ep1_logits"][..., :vocab]
+        hf_diff = (reference - _hf_logits(hf_dir, vocab)).abs().max().item()
+        ep_diff = max((logits[..., :vocab] - reference).abs().max().item() for logits in got["ep2_logits"])
+        tp_ep_diff = (got["tp2_ep2_logits"][..., :vocab] - reference).abs().max().item()
+        print(f"{name}: ep=1 vs HF {hf_diff:.3g}; ep=2 vs ep=1 {ep_diff:.3g}; tp=2 ep=2 vs ep=1 {tp_ep_diff:.3g}")
+        assert hf_diff <= 1e-4 and ep_diff <= 1e-5 and tp_ep_diff <= 1e-5
+
+        # Rank 0 holds experts 0 and 1 of each MoE layer, as its local experts 0 and 1, and read no other expert.
+        experts_read = {n.split(".mlp.experts.")[1].split(".")[0] for n in got["ep2_read"] if ".mlp.experts." in n}
+        assert experts_read == {"0", "1"}
+        assert {n for n in got["ep2_read"] if ".mlp.experts." not in n} == {n for n in stored if ".mlp.experts." not in n}
+        assert {n.split("local_experts.")[1].split(".")[0] for n in got["ep2_local_experts"]} == {"0", "1"}
+
+        # Every expert reaches rank 0 exactly once, bit-exact, at ep=2 and at tp=2 with ep=2.
+        for key in ("ep2_weights", "tp2_ep2_weights"):
+            names = [n for n, _ in got[key]]
+            assert len(names) == len(set(names)) and set(names) == set(stored), f"{name} {key}"
+            for tensor_name, tensor in got[key]:
+                assert torch.equal(tensor, stored[tensor_name]), f"{name} {key}: {tensor_name}"
+        assert got["ep2_every_replica_names"] == [sorted(stored)] * 2  # each replica's first rank gets all
+        assert got["ep2_from_ep1_checkpoint_equal"]

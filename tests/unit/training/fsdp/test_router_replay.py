@@ -37,16 +37,17 @@ def _own_routing(worker: TrainWorker, samples: list[Sample]) -> list[np.ndarray]
     """Per sample, the experts the worker's model routes each position but the last to
     [tokens - 1, layers * k], as an engine would return them."""
     model = worker.model.module if hasattr(worker.model, "module") else worker.model
-    out = []
-    for sample in samples:
-        picked = []
-        hooks = [layer.mlp.gate.register_forward_hook(lambda _m, _a, o: picked.append(o[2])) for layer in model.model.layers]
-        with torch.no_grad():
-            model(torch.tensor([sample.prompt_ids + sample.response_ids]))
-        for hook in hooks:
-            hook.remove()
-        out.append(torch.cat(picked, dim=-1)[:-1].numpy().astype(np.int32))
-    return out
+    return [_routed(model, sample.prompt_ids + sample.response_ids)[:-1].numpy().astype(np.int32) for sample in samples]
+
+
+def _routed(model, ids: list[int]) -> torch.Tensor:
+    picked = []
+    hooks = [layer.mlp.gate.register_forward_hook(lambda _m, _a, o: picked.append(o[2])) for layer in model.model.layers]
+    with torch.no_grad():
+        model(torch.tensor([ids]))
+    for hook in hooks:
+        hook.remove()
+    return torch.cat(picked, dim=-1)
 
 
 def _with_routing(samples: list[Sample], routing: list[np.ndarray]) -> list[Sample]:

@@ -26,6 +26,7 @@ def megatron_single_rank(tmp_path_factory):
     tracker = tensor_parallel.get_cuda_rng_tracker()
     tracker.reset()
     tracker.add("model-parallel-rng", RNG_SEED)  # attention forks it, even without dropout
+    tracker.add(tensor_parallel.get_expert_parallel_rng_tracker_name(), RNG_SEED + 1)
     yield
     ps.destroy_model_parallel()
     if created:

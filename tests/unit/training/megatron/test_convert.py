@@ -41,6 +41,25 @@ def test_hf_weights_give_back_the_stored_tensors_bit_exact(tmp_path, family):
         assert tensor.is_contiguous() and torch.equal(tensor, stored[name]), name
 
 
+@pytest.mark.parametrize("family", ["qwen3_moe", "qwen2_moe"])
+def test_moe_hf_weights_give_back_the_stored_experts_bit_exact(tmp_path, family):
+    """One tensor per expert in, each once out, in HF's order: router, experts 0..E-1, shared expert."""
+    hf_dir = save_random_hf_model(family, tmp_path / family)
+    spec = _spec(hf_dir)
+    model = build_model(spec)
+    load_hf_weights(model, hf_dir, spec)
+    exported = list(hf_weights(model, spec))
+    stored = _stored(hf_dir)
+    names = [name for name, _ in exported]
+    assert len(names) == len(set(names)) and set(names) == set(stored)
+    for name, tensor in exported:
+        assert torch.equal(tensor, stored[name]), name
+    layer = [name for name in names if name.startswith("model.layers.1.mlp.")]
+    assert layer[0] == "model.layers.1.mlp.gate.weight"
+    experts = [int(name.split(".")[5]) for name in layer if ".mlp.experts." in name]
+    assert experts == sorted(experts) == [e for e in range(4) for _ in range(3)]
+
+
 def test_tiny_round_trip(tiny_model_path):
     from pathlib import Path
 

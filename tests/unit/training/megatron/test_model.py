@@ -73,6 +73,72 @@ def test_random_family_logits_match_hf(tmp_path, family):
     assert diff <= PARITY
 
 
+MOE_CASES = {
+    "qwen3_moe-dense-layer-0": ("qwen3_moe", {}),
+    "qwen3_moe-all-sparse-not-renormalized": ("qwen3_moe", dict(mlp_only_layers=[], norm_topk_prob=False)),
+    "qwen2_moe-shared-expert": ("qwen2_moe", {}),
+    "qwen2_moe-every-other-layer-renormalized": ("qwen2_moe", dict(decoder_sparse_step=2, norm_topk_prob=True)),
+}
+
+
+@pytest.mark.parametrize("case", MOE_CASES)
+@torch.no_grad()
+def test_mixture_of_experts_logits_match_hf(tmp_path, case):
+    """Routing is exactly HF's: with random routers the top-k differ from token to token, and a
+    token sent to another expert would move its logits by far more than the budget."""
+    family, overrides = MOE_CASES[case]
+    hf_dir = save_random_hf_model(family, tmp_path / family, **overrides)
+    model, spec = _megatron(hf_dir)
+    assert spec.is_moe
+    ids, positions = _ids(VOCAB, length=16)
+    logits = forward_logits(model, ids, positions)
+    diff = _max_diff(logits, _hf(hf_dir)(ids).logits)
+    print(f"{case}: max |megatron - hf eager| = {diff:.3g}")
+    assert diff <= PARITY
+
+
+@torch.no_grad()
+def test_tiny_moe_logits_match_hf():
+    from loongsage.models.tiny import tiny_moe_dir
+
+    hf_dir = tiny_moe_dir()
+    model, spec = _megatron(hf_dir)
+    ids, positions = _ids(spec.vocab_size)
+    diff = _max_diff(forward_logits(model, ids, positions), _hf(hf_dir)(ids).logits)
+    print(f"tiny-moe: max |megatron - hf eager| = {diff:.3g}")
+    assert diff <= PARITY
+
+
+def test_moe_logits_carry_gradients_to_every_parameter(tmp_path):
+    """Routers included: through the top-k weights and the load-balancing loss."""
+    hf_dir = save_random_hf_model("qwen2_moe", tmp_path / "qwen2_moe")
+    model, spec = _megatron(hf_dir)
+    ids, positions = _ids(VOCAB, length=16)
+    forward_logits(model.train(), ids, positions)[..., :VOCAB].log_softmax(-1).mean().backward()
+    missing = [name for name, param in model.named_parameters() if param.grad is None or not param.grad.abs().sum() > 0]
+    assert missing == []
+
+
+def test_expert_parallel_size_is_checked_against_the_model(monkeypatch):
+    from megatron.core import parallel_state as ps
+
+    monkeypatch.setattr(ps, "get_expert_model_parallel_world_size", lambda: 2)
+    with pytest.raises(ValueError, match=r"trainer.megatron.ep=2: the model \(llama\) has no experts"):
+        build_model(model_spec(hf_config("llama")))
+    monkeypatch.setattr(ps, "get_expert_model_parallel_world_size", lambda: 3)
+    with pytest.raises(ValueError, match="num_experts=4 does not split over trainer.megatron.ep=3"):
+        build_model(model_spec(hf_config("qwen3_moe")))
+
+
+def test_experts_do_not_train_under_tensor_parallelism():
+    from loongsage.training.megatron.parallel import check_trainable
+
+    check_trainable(model_spec(hf_config("qwen3")), tp=2)
+    check_trainable(model_spec(hf_config("qwen3_moe")), tp=1)
+    with pytest.raises(ValueError, match="trainer.megatron.tp=2 with a mixture-of-experts model"):
+        check_trainable(model_spec(hf_config("qwen3_moe")), tp=2)
+
+
 @pytest.mark.slow
 @torch.no_grad()
 def test_smollm2_135m_logits_match_hf():

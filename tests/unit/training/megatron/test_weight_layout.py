@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from loongsage.training.megatron.mapping import model_spec, padded_vocab_size
 from loongsage.training.megatron.weight_layout import (
+    TpSplit,
     WeightLayout,
+    expert_owner,
     from_megatron,
     fuse_qkv,
     hf_names,
@@ -16,11 +20,20 @@ from loongsage.training.megatron.weight_layout import (
     to_megatron,
     unshard,
 )
-from tests.unit.training.megatron.hf_models import random_hf_model
+from tests.unit.training.megatron.hf_models import random_hf_model, save_random_hf_model, stored_state
+
+MOE_FAMILIES = ("qwen3_moe", "qwen2_moe")
 
 
-def _layout(spec, tp: int, norms_in_linears: bool = False) -> WeightLayout:
-    return WeightLayout(spec=spec, tp=tp, padded_vocab=padded_vocab_size(spec.vocab_size, tp), norms_in_linears=norms_in_linears)
+def _layout(spec, tp: int, norms_in_linears: bool = False, ep: int = 1, grouped_experts: bool = False) -> WeightLayout:
+    return WeightLayout(
+        spec=spec,
+        tp=tp,
+        padded_vocab=padded_vocab_size(spec.vocab_size, tp),
+        norms_in_linears=norms_in_linears,
+        ep=ep,
+        grouped_experts=grouped_experts,
+    )
 
 
 def _round_trip(hf_state: dict, spec, tp: int, norms_in_linears: bool) -> dict:
@@ -57,6 +70,70 @@ def test_round_trip_is_bit_exact(hf_states, model, tp, norms_in_linears):
     assert back.keys() == state.keys()
     for name, tensor in state.items():
         assert torch.equal(back[name], tensor), name
+
+
+@pytest.fixture(scope="module")
+def moe_states(tmp_path_factory):
+    """The MoE models as their files hold them: one tensor per expert."""
+    states = {}
+    for family in MOE_FAMILIES:
+        hf_dir = save_random_hf_model(family, tmp_path_factory.mktemp(family))
+        states[family] = (json.loads((hf_dir / "config.json").read_text()), stored_state(hf_dir))
+    return states
+
+
+@pytest.mark.parametrize("model", MOE_FAMILIES)
+@pytest.mark.parametrize(("tp", "ep"), [(1, 1), (1, 2), (2, 1), (2, 2), (1, 4)])
+@pytest.mark.parametrize(("norms_in_linears", "grouped_experts"), [(False, False), (True, True)], ids=["local-spec", "te-spec"])
+def test_experts_round_trip_bit_exact_over_expert_ranks(moe_states, model, tp, ep, norms_in_linears, grouped_experts):
+    """Each expert-parallel rank's rules hold its own experts (local indices 0..E/ep-1) and the
+    same rest; together they convert every HF tensor back exactly, each expert from one rank."""
+    config, state = moe_states[model]
+    spec = model_spec(config)
+    layout = _layout(spec, tp, norms_in_linears, ep, grouped_experts)
+    layers = range(spec.num_layers)
+    back: dict = {}
+    shared = None
+    for ep_rank in range(ep):
+        rules = stage_rules(layout, layers, 0, pre_process=True, post_process=True, ep_rank=ep_rank)
+        experts = [rule for rule in rules if rule.expert is not None]
+        assert {expert_owner(layout, rule.expert) for rule in experts} == {ep_rank}
+        assert len({rule.megatron for rule in experts}) == len(experts) == 2 * (spec.num_experts // ep) * len(spec.moe_layers)
+        rest = [rule for rule in rules if rule.expert is None]
+        assert shared is None or rest == shared
+        shared = rest
+        for rule in rules if ep_rank == 0 else experts:
+            full = to_megatron(layout, rule, [state[name] for name in rule.hf])
+            pieces = [shard(layout, rule, full, rank) for rank in range(tp)]
+            for name, tensor in zip(rule.hf, from_megatron(layout, rule, unshard(layout, rule, pieces))):
+                assert name not in back, f"{name} converted twice"
+                back[name] = tensor
+    expected = {name: tensor for name, tensor in state.items() if not name.endswith(".inv_freq")}
+    assert back.keys() == expected.keys() == hf_names(layout)
+    for name, tensor in expected.items():
+        assert torch.equal(back[name], tensor), name
+
+
+def test_moe_layer_parameter_names_are_megatrons(moe_states):
+    """The names megatron gives (read off GPTModel.named_parameters of both specs)."""
+    config, _ = moe_states["qwen2_moe"]
+    spec = model_spec(config)
+    local = {r.megatron: r for r in stage_rules(_layout(spec, 1, ep=2), [1], 1, False, False, ep_rank=1)}
+    assert local["decoder.layers.0.pre_mlp_layernorm.weight"].hf == ("model.layers.1.post_attention_layernorm.weight",)
+    assert local["decoder.layers.0.mlp.router.weight"].hf == ("model.layers.1.mlp.gate.weight",)
+    fc1 = local["decoder.layers.0.mlp.experts.local_experts.0.linear_fc1.weight"]
+    assert fc1.expert == 2 and fc1.hf == (
+        "model.layers.1.mlp.experts.2.gate_proj.weight",
+        "model.layers.1.mlp.experts.2.up_proj.weight",
+    )
+    assert local["decoder.layers.0.mlp.experts.local_experts.1.linear_fc2.weight"].hf == (
+        "model.layers.1.mlp.experts.3.down_proj.weight",
+    )
+    assert local["decoder.layers.0.mlp.shared_experts.gate_weight"].hf == ("model.layers.1.mlp.shared_expert_gate.weight",)
+    assert local["decoder.layers.0.mlp.shared_experts.linear_fc1.weight"].split is TpSplit.GATE_UP
+    grouped = {r.megatron for r in stage_rules(_layout(spec, 1, True, 2, True), [1], 1, False, False, ep_rank=1)}
+    assert {"decoder.layers.0.mlp.experts.linear_fc1.weight1", "decoder.layers.0.mlp.experts.linear_fc2.weight0"} <= grouped
+    assert "decoder.layers.0.pre_mlp_layernorm.weight" in grouped  # an MoE layer's norm stays a module under TE
 
 
 def test_every_hf_tensor_has_exactly_one_rule(hf_states):
