@@ -8,6 +8,7 @@ a function from its token scores to the loss to backpropagate.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 from torch import Tensor
 
@@ -19,21 +20,36 @@ from loongsage.training.token_scores import TokenScores, VocabShardScores
 
 # (index of the micro-batch, the micro-batch, its token scores) -> the loss to backpropagate
 ScoreFn = Callable[[int, PackedBatch, TokenScores], Tensor]
+# the micro-batch about to be forwarded -> the context its forward runs in (R3: its engine routes)
+ForwardContext = Callable[[PackedBatch], AbstractContextManager]
 
 
-def run_micro_batches(model, micros: list[PackedBatch], layout: Layout, on_scores: ScoreFn, forward_only: bool) -> None:
+def run_micro_batches(
+    model,
+    micros: list[PackedBatch],
+    layout: Layout,
+    on_scores: ScoreFn,
+    forward_only: bool,
+    around_forward: ForwardContext = lambda _micro: nullcontext(),
+) -> None:
     """Forward every micro-batch (and backward unless `forward_only`), calling `on_scores` on the
     last pipeline stage. Gradients accumulate in the DDP buffers and are reduced over the
-    data-parallel group after the last micro-batch."""
+    data-parallel group after the last micro-batch. Each forward runs inside `around_forward(micro)`
+    (the schedule may interleave one micro-batch's forward with another's backward)."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     batches = iter(enumerate(micros))
 
     def forward_step(data_iterator, chunk):
         index, micro = next(data_iterator)
-        logits = forward_logits(
-            chunk, micro.input_ids, micro.position_ids, first_position=micro.first_column, attention_mask=micro.attention_mask
-        )
+        with around_forward(micro):
+            logits = forward_logits(
+                chunk,
+                micro.input_ids,
+                micro.position_ids,
+                first_position=micro.first_column,
+                attention_mask=micro.attention_mask,
+            )
 
         def loss_func(output: Tensor):
             vocab_start = layout.tp_rank * output.shape[-1]

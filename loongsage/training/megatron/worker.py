@@ -9,6 +9,7 @@ Every method but `rendezvous_address` is collective over all ranks.
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -25,6 +26,7 @@ from loongsage.training.megatron.mapping import model_spec, with_aux_loss_coeff
 from loongsage.training.megatron.model import build_model
 from loongsage.training.megatron.optim import build_optimizer, set_lr, wrap_ddp
 from loongsage.training.megatron.parallel import check_trainable, destroy_model_parallel, init_model_parallel
+from loongsage.training.megatron.router_replay import MegatronRouting
 from loongsage.training.megatron.schedule import run_micro_batches
 from loongsage.training.metrics import StepMetrics
 from loongsage.training.objective import check_off_policy_inputs, micro_objective, supervised_objective
@@ -33,6 +35,7 @@ from loongsage.training.rank_process import (
     join_process_group,
     leave_process_group,
 )
+from loongsage.training.routing_replay import RoutingCount
 from loongsage.training.settings import train_ranks
 from loongsage.training.shares import global_shares
 from loongsage.transfer.source_routes import SourceReport
@@ -47,7 +50,9 @@ class MegatronWorker(TrainRank):
         self._refuse_unread_settings()  # before any rank waits for the others
         join_process_group(master_addr, master_port, self.rank, train_ranks(self.trainer), cpu_shims.collective_backend())
         self.layout = init_model_parallel(self.trainer.megatron, self.seed)
-        self.model = wrap_ddp(self._trainable(self._load_model()), self.trainer.megatron)
+        policy = self._trainable(self._load_model())
+        self.routing = MegatronRouting(policy) if self.spec.is_moe else None
+        self.model = wrap_ddp(policy, self.trainer.megatron)
         self.optimizer = build_optimizer(self.model, self.trainer, self.trainer.megatron)
         self.warmup = Warmup(self.trainer.warmup_steps)
         self.ref_model = self._load_model().requires_grad_(False) if self.algo.kl_coef > 0 else None
@@ -133,7 +138,11 @@ class MegatronWorker(TrainRank):
         self.model.train()
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
-        run_micro_batches(self.model, micros, self.layout, on_scores, forward_only=False)
+        routing = RoutingCount()
+        run_micro_batches(
+            self.model, micros, self.layout, on_scores, forward_only=False, around_forward=self._engine_routes(routing)
+        )
+        sums.add_routing(self._over_stages(routing))
         with cpu_shims.cuda_literals_on_cpu():
             _, grad_norm, _ = self.optimizer.step()
         sums.grad_norm += float(grad_norm)
@@ -147,7 +156,9 @@ class MegatronWorker(TrainRank):
             logprobs[index] = scores.logprobs(micro.targets)
             return logprobs[index].sum()
 
-        run_micro_batches(model, micros, self.layout, on_scores, forward_only=True)
+        # The policy replays the engine's routing here too (recompute); the reference model never.
+        around = self._engine_routes() if model is self.model else lambda _micro: nullcontext()
+        run_micro_batches(model, micros, self.layout, on_scores, forward_only=True, around_forward=around)
         return logprobs
 
     def _pack(self, samples: list[Sample]) -> list[PackedBatch]:
@@ -193,16 +204,26 @@ class MegatronWorker(TrainRank):
         # Tensor-parallel peers hold the same values: the batch is spread over data-parallel ranks only.
         return StepMetrics(with_kl=with_kl, with_is=with_is, group=self.layout.dp_cpu_group)
 
+    def _engine_routes(self, count: RoutingCount | None = None):
+        """Per micro-batch, the context its forward runs in: its engine routes, for a policy with experts."""
+        if self.routing is None:
+            return lambda _micro: nullcontext()
+        return lambda micro: self.routing.engine_routes(micro.routed_experts, self.algo.routing_replay, count)
+
+    def _over_stages(self, count: RoutingCount) -> RoutingCount:
+        """Each pipeline stage routes its own layers; the step's count is all stages'."""
+        if self.layout.pp_size == 1:
+            return count
+        totals = torch.tensor([count.mismatched, count.compared], device=cpu_shims.device())
+        dist.all_reduce(totals, group=self.layout.pp_group)
+        mismatched, compared = totals.tolist()
+        return RoutingCount(int(mismatched), int(compared))
+
     def _refuse_unread_settings(self) -> None:
         """Settings this model or this backend cannot honour, refused by name, not ignored."""
         check_trainable(self.spec, self.trainer.megatron.tp)
         if self.trainer.moe.freeze_router and not self.spec.is_moe:
             raise ValueError(f"trainer.moe.freeze_router=true: the model ({self.spec.family}) has no experts; leave it at false")
-        if self.algo.routing_replay:
-            # megatron-core's RouterReplay is not wired to the engines' routes in this backend yet.
-            raise ValueError(
-                "algorithm.routing_replay=true is not read by trainer.backend=megatron yet; use trainer.backend=fsdp"
-            )
 
     def _trainable(self, model):
         """trainer.moe.freeze_router: the routers take no gradient, so megatron's DDP gives them no

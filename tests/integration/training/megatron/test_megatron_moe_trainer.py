@@ -1,15 +1,17 @@
 """The Megatron trainer on a mixture of experts over real gloo groups: at ep=2 (each rank holds
-half the experts and they exchange tokens) a step is the single rank's step, and a checkpoint
-written at one expert-parallel size resumes at another."""
+half the experts and they exchange tokens) a step is the single rank's step, a checkpoint
+written at one expert-parallel size resumes at another, and the engine's routing is compared and
+replayed (R3) as the fsdp backend does."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 import pytest
 import torch
 
-from loongsage.config.schema import AlgorithmConfig, MoeConfig
+from loongsage.config.schema import MoeConfig, TrainerConfig
 from tests.integration.training.megatron.megatron_workers import hf_gradients, run_ranks
 from tests.integration.training.megatron.test_megatron_trainer import (
     ALGO,
@@ -21,6 +23,7 @@ from tests.integration.training.megatron.test_megatron_trainer import (
     trainer,
     two_steps_saving_between,
 )
+from tests.routing_samples import engine_routing, shifted, with_routing
 
 RELATIVE = 1e-5
 
@@ -112,14 +115,8 @@ def test_router_settings_a_user_tunes(tiny_moe_path, tmp_path):
         ("tiny-moe", dict(tp=2), ALGO, "trainer.megatron.tp=2 with a mixture-of-experts model"),
         ("tiny", dict(moe=MoeConfig(freeze_router=True)), ALGO, r"trainer.moe.freeze_router=true: the model \(llama\)"),
         ("tiny", dict(moe=MoeConfig(aux_loss_coeff=0.1)), ALGO, r"trainer.moe.aux_loss_coeff=0.1: the model \(llama\)"),
-        (
-            "tiny-moe",
-            {},
-            AlgorithmConfig(routing_replay=True),
-            "algorithm.routing_replay=true is not read by trainer.backend=megatron",
-        ),
     ],
-    ids=["tp-with-experts", "freeze-router-dense", "aux-loss-dense", "routing-replay"],
+    ids=["tp-with-experts", "freeze-router-dense", "aux-loss-dense"],
 )
 def test_settings_the_worker_cannot_honour_are_refused_by_name(model, settings, algo, message, tiny_moe_path, tiny_model_path):
     from loongsage.training.megatron.worker import MegatronWorker
@@ -128,3 +125,38 @@ def test_settings_the_worker_cannot_honour_are_refused_by_name(model, settings, 
     worker = MegatronWorker(path, moe_trainer(**settings), algo, seed=0, rank=0)
     with pytest.raises(ValueError, match=message):
         worker.setup("127.0.0.1", 1)  # refused before it waits for any other rank
+
+
+def logprobs_then_step(samples, worker) -> dict:
+    return {"logprobs": worker.compute_logprobs(samples), "metrics": worker.train_step(samples)}
+
+
+def test_replayed_routing_gives_the_fsdp_backends_logprobs_at_ep2(tiny_moe_path, tmp_path):
+    """The engine's routing differs from the trainer's on every third position: megatron (its
+    experts over two ranks), replaying it, computes the fsdp backend's log-probs and counts its
+    mismatch, so both route every token as the engine did."""
+    from loongsage.training.fsdp import TrainWorker
+
+    engine, fraction = shifted(engine_routing(tiny_moe_path, SAMPLES), every=3, experts=4)
+    samples = with_routing(SAMPLES, engine)
+    algo = replace(ALGO, routing_replay=True)
+    ranks = run_ranks(tiny_moe_path, moe_trainer(ep=2, dp=2), partial(_my_shard_then, samples), tmp_path, algo)
+    megatron_logprobs = [lp for result in ranks for lp in result["logprobs"]]
+    fsdp = TrainWorker(tiny_moe_path, TrainerConfig(micro_batch_size=2, num_threads=1), algo, seed=0, rank=0)
+    fsdp.setup(*fsdp.rendezvous_address())
+    try:
+        expected = logprobs_then_step(samples, fsdp)
+    finally:
+        fsdp.close()
+    for got, want in zip(megatron_logprobs, expected["logprobs"], strict=True):
+        assert got == pytest.approx(want, abs=1e-5)
+    # With replay the trainer's own choice is made on the replayed forward: beyond the changed
+    # positions, a later layer may choose otherwise where an earlier one was replayed.
+    mismatch = expected["metrics"]["train/routing_mismatch"]
+    assert mismatch >= fraction
+    for result in ranks:
+        assert result["metrics"]["train/routing_mismatch"] == pytest.approx(mismatch)
+
+
+def _my_shard_then(samples, worker) -> dict:
+    return logprobs_then_step(my_shard(worker, samples), worker)
