@@ -17,6 +17,7 @@ from tests.integration.training.megatron.test_megatron_trainer import (
     ALGO,
     METRICS_COMPARED,
     SAMPLES,
+    UNCLIPPED,
     assert_same_step,
     my_shard,
     resumed_step,
@@ -160,3 +161,25 @@ def test_replayed_routing_gives_the_fsdp_backends_logprobs_at_ep2(tiny_moe_path,
 
 def _my_shard_then(samples, worker) -> dict:
     return logprobs_then_step(my_shard(worker, samples), worker)
+
+
+def test_a_step_at_ep2_is_the_fsdp_backends_step(tiny_moe_path, tmp_path):
+    """The same weights, samples and objective: megatron with its experts over two ranks and the
+    fsdp backend's transformers model take the same step. Megatron's routers add a load-balancing
+    loss the fsdp backend does not compute, so it is off here (trainer.moe.aux_loss_coeff=0)."""
+    from loongsage.training.fsdp import TrainWorker
+
+    no_aux = MoeConfig(aux_loss_coeff=0.0)
+    ranks = run_ranks(tiny_moe_path, moe_trainer(ep=2, dp=2, moe=no_aux), one_step, tmp_path, ALGO)
+    settings = TrainerConfig(micro_batch_size=2, lr=1e-3, max_grad_norm=UNCLIPPED)
+    fsdp = TrainWorker(tiny_moe_path, settings, ALGO, seed=0, rank=0)
+    fsdp.setup(*fsdp.rendezvous_address())
+    try:
+        metrics, after = fsdp.train_step(SAMPLES), fsdp.compute_logprobs(SAMPLES)
+    finally:
+        fsdp.close()
+    for key in METRICS_COMPARED:
+        assert ranks[0]["metrics"][key] == pytest.approx(metrics[key], rel=RELATIVE, abs=1e-7), key
+    megatron_after = [lp for result in ranks for lp in result["logprobs"]]
+    for got, expected in zip(megatron_after, after, strict=True):
+        assert got == pytest.approx(expected, abs=1e-5)
