@@ -1,7 +1,8 @@
 """A mixture-of-experts policy through the real entry point: the embedded engine serves tiny-moe
-and returns its routing with every response, the trainer compares it with its own
-(train/routing_mismatch) and replays it, and the weights it pushes (per-expert checkpoint names)
-reach the engine exactly."""
+and returns its routing with every response, the trainer (fsdp, or megatron with its experts over
+two ranks) compares it with its own (train/routing_mismatch) and replays it, and the weights it
+pushes (per-expert checkpoint names) reach the engine exactly. fully_async with experts:
+test_launch_megatron.py."""
 
 from __future__ import annotations
 
@@ -18,6 +19,19 @@ def test_sync_fsdp_run_replays_the_engines_routing(tmp_path):
     assert sorted(logged["train/routing_mismatch"]) == [1, 2]
     # fp32 engine and trainer on the same weights (step 2: after a weight push) route alike and
     # give the same log-probs: nothing of the experts was lost or misnamed on the way.
+    assert max(logged["train/routing_mismatch"].values()) == 0.0
+    assert max(logged["train/mismatch_k3_kl"].values()) < 1e-6
+
+
+def test_sync_megatron_run_with_experts_over_two_ranks(tmp_path):
+    """trainer.megatron.ep=2: each of two ranks holds half the experts; the engine gets every
+    expert gathered from both (the log-prob gap after each push is float noise)."""
+    run_dir = tmp_path / "ep2"
+    overrides = ["trainer.backend=megatron", "trainer.megatron.dp=2", "trainer.megatron.ep=2"]
+    result = launch(*MOE_RUN, f"run.dir={run_dir}", *overrides)
+    assert result.returncode == 0, result.stderr[-4000:]
+    logged = scalars(run_dir)
+    assert sorted(logged["train/routing_mismatch"]) == [1, 2]
     assert max(logged["train/routing_mismatch"].values()) == 0.0
     assert max(logged["train/mismatch_k3_kl"].values()) < 1e-6
 
