@@ -8,84 +8,32 @@ import torch
 
 VOCAB = 1000  # not a multiple of 128: exercises megatron's vocabulary padding
 
+BASE = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    rms_norm_eps=1e-6,
+)
+EXPERTS = dict(moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, router_aux_loss_coef=0.01)
 SHAPES = {
     # qkv bias, untied embeddings
-    "qwen2": dict(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-        rope_theta=50000.0,
-        rms_norm_eps=1e-6,
-    ),
+    "qwen2": BASE | dict(tie_word_embeddings=False, rope_theta=50000.0),
     # qk-norm, head_dim 24 != hidden 64 / heads 4, tied embeddings
-    "qwen3": dict(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=24,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        rope_theta=1000000.0,
-        rms_norm_eps=1e-6,
-    ),
+    "qwen3": BASE | dict(head_dim=24, tie_word_embeddings=True, rope_theta=1000000.0),
     # 4 experts, top-2, renormalized; qk-norm; the first layer dense (mlp_only_layers), tied
-    "qwen3_moe": dict(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=96,
-        moe_intermediate_size=32,
-        num_experts=4,
-        num_experts_per_tok=2,
-        norm_topk_prob=True,
-        mlp_only_layers=[0],
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        max_position_embeddings=256,
-        tie_word_embeddings=True,
-        rope_theta=1000000.0,
-        rms_norm_eps=1e-6,
-        router_aux_loss_coef=0.01,
-    ),
+    "qwen3_moe": BASE
+    | EXPERTS
+    | dict(norm_topk_prob=True, mlp_only_layers=[0], head_dim=16, tie_word_embeddings=True, rope_theta=1000000.0),
     # 4 experts, top-2, not renormalized; a shared expert with its sigmoid gate; qkv bias, untied
-    "qwen2_moe": dict(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=96,
-        moe_intermediate_size=32,
-        shared_expert_intermediate_size=48,
-        num_experts=4,
-        num_experts_per_tok=2,
-        norm_topk_prob=False,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-        rope_theta=50000.0,
-        rms_norm_eps=1e-6,
-        router_aux_loss_coef=0.01,
-    ),
+    "qwen2_moe": BASE
+    | EXPERTS
+    | dict(shared_expert_intermediate_size=48, norm_topk_prob=False, tie_word_embeddings=False, rope_theta=50000.0),
     # untied Llama with 4 layers: enough to split over pipeline stages
-    "llama": dict(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-    ),
+    "llama": BASE | dict(intermediate_size=128, num_hidden_layers=4, tie_word_embeddings=False),
 }
 
 
