@@ -154,6 +154,26 @@ def test_smollm2_135m_logits_match_hf():
     assert eager <= PARITY and sdpa <= PARITY
 
 
+@pytest.mark.slow
+@torch.no_grad()
+def test_smollm2_moe_logits_match_hf_and_the_embedded_engine():
+    """The upcycled SmolLM2 (Qwen2-MoE, 30 layers of 4 experts) on the same weights in megatron,
+    transformers and the embedded engine."""
+    from loongsage.inference.embedded.weights import load_model
+    from loongsage.models import resolve_model_path
+
+    hf_dir = resolve_model_path("smollm2-moe")
+    model, spec = _megatron(hf_dir)
+    ids, positions = _ids(spec.vocab_size, length=16)
+    logits = forward_logits(model, ids, positions)
+    del model
+    hf = _max_diff(logits, _hf(hf_dir)(ids).logits)
+    engine_model = load_model(hf_dir)
+    engine = _max_diff(logits, torch.stack([engine_model.logits(engine_model.prefill(row)[0]) for row in ids]))
+    print(f"smollm2-moe: max |megatron - hf eager| = {hf:.3g}, max |megatron - embedded engine| = {engine:.3g}")
+    assert hf <= PARITY and engine <= PARITY
+
+
 @torch.no_grad()
 def test_first_position_skips_the_output_layer_for_leading_positions(tiny_model_path):
     from pathlib import Path
