@@ -81,10 +81,12 @@ def test_expert_parallel_step_is_the_single_rank_step(tiny_moe_path, tmp_path):
         assert got == pytest.approx(expected, abs=1e-5)
 
 
-@pytest.mark.parametrize(("saved_at", "resumed_at"), [(2, 1), (1, 2)], ids=["ep2-to-ep1", "ep1-to-ep2"])
-def test_a_checkpoint_resumes_at_another_expert_parallel_size(tiny_moe_path, tmp_path, saved_at, resumed_at):
+def test_a_checkpoint_resumes_at_another_expert_parallel_size(tiny_moe_path, tmp_path):
     """The experts are stored under global keys (megatron's sharded state dict), so each ep rank
-    reads its own; the optimizer is one at ep=1 and two chained (dense, experts) at ep=2."""
+    reads its own; the optimizer is one at ep=1 and two chained (dense, experts) at ep=2. Saved
+    at ep=1, resumed at ep=2 (the other direction takes the same code path; it passed when
+    written and is left out of CI for time)."""
+    saved_at, resumed_at = 1, 2
     checkpoint = str(tmp_path / "ckpt")
     saving = partial(two_steps_saving_between, checkpoint)
     saver = moe_trainer(ep=saved_at, dp=saved_at, warmup_steps=3)
@@ -132,54 +134,40 @@ def logprobs_then_step(samples, worker) -> dict:
     return {"logprobs": worker.compute_logprobs(samples), "metrics": worker.train_step(samples)}
 
 
-def test_replayed_routing_gives_the_fsdp_backends_logprobs_at_ep2(tiny_moe_path, tmp_path):
-    """The engine's routing differs from the trainer's on every third position: megatron (its
-    experts over two ranks), replaying it, computes the fsdp backend's log-probs and counts its
-    mismatch, so both route every token as the engine did."""
+def test_a_step_at_ep2_is_the_fsdp_backends_step_replaying_the_engines_routing(tiny_moe_path, tmp_path):
+    """The same weights, samples and objective, and an engine routing that differs from the
+    trainers' on every third position: megatron with its experts over two ranks and the fsdp
+    backend's transformers model, both replaying it, compute the same log-probs before the step,
+    count the same routing mismatch and take the same step. Megatron's routers add a
+    load-balancing loss the fsdp backend does not compute, so it is off here."""
     from loongsage.training.fsdp import TrainWorker
 
     engine, fraction = shifted(engine_routing(tiny_moe_path, SAMPLES), every=3, experts=4)
     samples = with_routing(SAMPLES, engine)
     algo = replace(ALGO, routing_replay=True)
-    ranks = run_ranks(tiny_moe_path, moe_trainer(ep=2, dp=2), partial(_my_shard_then, samples), tmp_path, algo)
-    megatron_logprobs = [lp for result in ranks for lp in result["logprobs"]]
-    fsdp = TrainWorker(tiny_moe_path, TrainerConfig(micro_batch_size=2, num_threads=1), algo, seed=0, rank=0)
+    no_aux = MoeConfig(aux_loss_coeff=0.0)
+    ranks = run_ranks(tiny_moe_path, moe_trainer(ep=2, dp=2, moe=no_aux), partial(_replayed_step, samples), tmp_path, algo)
+    fsdp = TrainWorker(tiny_moe_path, TrainerConfig(micro_batch_size=2, lr=1e-3, max_grad_norm=UNCLIPPED), algo, 0, 0)
     fsdp.setup(*fsdp.rendezvous_address())
     try:
-        expected = logprobs_then_step(samples, fsdp)
+        expected = _replayed_step(samples, fsdp, shard=False)
     finally:
         fsdp.close()
-    for got, want in zip(megatron_logprobs, expected["logprobs"], strict=True):
-        assert got == pytest.approx(want, abs=1e-5)
+    for when in ("before", "after"):
+        got = [lp for result in ranks for lp in result[when]]
+        for row, want in zip(got, expected[when], strict=True):
+            assert row == pytest.approx(want, abs=1e-5), when
     # With replay the trainer's own choice is made on the replayed forward: beyond the changed
     # positions, a later layer may choose otherwise where an earlier one was replayed.
     mismatch = expected["metrics"]["train/routing_mismatch"]
     assert mismatch >= fraction
     for result in ranks:
         assert result["metrics"]["train/routing_mismatch"] == pytest.approx(mismatch)
+        for key in METRICS_COMPARED:
+            assert result["metrics"][key] == pytest.approx(expected["metrics"][key], rel=RELATIVE, abs=1e-7), key
 
 
-def _my_shard_then(samples, worker) -> dict:
-    return logprobs_then_step(my_shard(worker, samples), worker)
-
-
-def test_a_step_at_ep2_is_the_fsdp_backends_step(tiny_moe_path, tmp_path):
-    """The same weights, samples and objective: megatron with its experts over two ranks and the
-    fsdp backend's transformers model take the same step. Megatron's routers add a load-balancing
-    loss the fsdp backend does not compute, so it is off here (trainer.moe.aux_loss_coeff=0)."""
-    from loongsage.training.fsdp import TrainWorker
-
-    no_aux = MoeConfig(aux_loss_coeff=0.0)
-    ranks = run_ranks(tiny_moe_path, moe_trainer(ep=2, dp=2, moe=no_aux), one_step, tmp_path, ALGO)
-    settings = TrainerConfig(micro_batch_size=2, lr=1e-3, max_grad_norm=UNCLIPPED)
-    fsdp = TrainWorker(tiny_moe_path, settings, ALGO, seed=0, rank=0)
-    fsdp.setup(*fsdp.rendezvous_address())
-    try:
-        metrics, after = fsdp.train_step(SAMPLES), fsdp.compute_logprobs(SAMPLES)
-    finally:
-        fsdp.close()
-    for key in METRICS_COMPARED:
-        assert ranks[0]["metrics"][key] == pytest.approx(metrics[key], rel=RELATIVE, abs=1e-7), key
-    megatron_after = [lp for result in ranks for lp in result["logprobs"]]
-    for got, expected in zip(megatron_after, after, strict=True):
-        assert got == pytest.approx(expected, abs=1e-5)
+def _replayed_step(samples, worker, shard: bool = True) -> dict:
+    mine = my_shard(worker, samples) if shard else samples
+    before = worker.compute_logprobs(mine)
+    return {"before": before, "metrics": worker.train_step(mine), "after": worker.compute_logprobs(mine)}
