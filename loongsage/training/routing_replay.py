@@ -10,10 +10,14 @@ the gradient still reaches the router.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+
+from loongsage.sample import Sample
 
 
 def layer_routes(routed: Tensor, layer: int, top_k: int) -> Tensor:
@@ -45,6 +49,19 @@ def topk_weights(probs: Tensor, experts: Tensor, normalize: bool) -> Tensor:
     return weights / weights.sum(dim=-1, keepdim=True) if normalize else weights
 
 
+def check_routes(samples: list[Sample], replay: bool) -> None:
+    """With replay, every sample must carry the engine's routing: a sample without it would be
+    trained on the trainer's own routing, which replay is there to avoid."""
+    if not replay:
+        return
+    missing = next((i for i, sample in enumerate(samples) if sample.routed_experts is None), None)
+    if missing is not None:
+        raise ValueError(
+            f"algorithm.routing_replay=true but sample {missing} carries no routed_experts: the engines did not return "
+            f"them (SGLang needs --enable-return-routed-experts and return_routed_experts, SGLang >= 0.5.14)"
+        )
+
+
 @dataclass
 class RoutingCount:
     """Mismatched and compared token x layer rows, summed over a step's forwards."""
@@ -56,3 +73,41 @@ class RoutingCount:
         differ, rows = mismatched(own, engine)
         self.mismatched += differ
         self.compared += rows
+
+
+class EngineRoutes:
+    """One micro-batch's engine routes where a model's routers read them; inert outside
+    `engine_routes`. `sequence_major`: the routers see tokens as [T, B] flattened (megatron), else
+    [B, T] (transformers)."""
+
+    def __init__(self, sequence_major: bool):
+        self.sequence_major = sequence_major
+        self.routes: Tensor | None = None
+        self.replay = False
+        self.count: RoutingCount | None = None
+        self.counted: set[int] = set()
+
+    @contextmanager
+    def engine_routes(self, routed: Tensor | None, replay: bool, count: RoutingCount | None = None) -> Iterator[None]:
+        """Within: the engine's experts `routed` [B, T, layers * k] (None: none) are replayed when
+        `replay`, and each layer's first call adds its mismatches to `count` (a recompute in the
+        backward pass calls it again)."""
+        if routed is not None and self.sequence_major:
+            routed = routed.transpose(0, 1)
+        self.routes = None if routed is None else routed.reshape(-1, routed.shape[-1])
+        self.replay, self.count, self.counted = replay, count, set()
+        try:
+            yield
+        finally:
+            self.routes, self.replay, self.count = None, False, None
+
+    def route(self, layer: int, own: Tensor) -> Tensor:
+        """The experts [N, k] decoder layer `layer` routes to, given its own choice `own`."""
+        if self.routes is None:
+            return own
+        engine = layer_routes(self.routes, layer, own.shape[-1]).to(own.device)
+        if self.count is not None and layer not in self.counted:
+            self.counted.add(layer)
+            with torch.no_grad():
+                self.count.add(own, engine)
+        return replayed(own, engine) if self.replay else own

@@ -36,7 +36,7 @@ from loongsage.training.rank_process import (
     join_process_group,
     leave_process_group,
 )
-from loongsage.training.routing_replay import RoutingCount
+from loongsage.training.routing_replay import RoutingCount, check_routes
 from loongsage.training.shares import global_shares
 from loongsage.training.token_scores import FullVocabScores
 from loongsage.transfer.source_routes import SourceReport
@@ -70,6 +70,7 @@ class TrainWorker(TrainRank):
         """`policy_version`: the weight version the trainer's weights are at the start of the
         step (read by algorithm.proximal=interpolate)."""
         check_off_policy_inputs(samples, self.algo, policy_version)
+        check_routes(samples, self.algo.routing_replay)
         minis = [
             [pack_samples(chunk) for chunk in split_micro_batches(mini, self.trainer.micro_batch_size)]
             for mini in split_even(samples, self.trainer.mini_batches, "trainer.mini_batches")

@@ -35,7 +35,7 @@ from loongsage.training.rank_process import (
     join_process_group,
     leave_process_group,
 )
-from loongsage.training.routing_replay import RoutingCount
+from loongsage.training.routing_replay import RoutingCount, check_routes
 from loongsage.training.settings import train_ranks
 from loongsage.training.shares import global_shares
 from loongsage.transfer.source_routes import SourceReport
@@ -68,6 +68,7 @@ class MegatronWorker(TrainRank):
         """As the HF backend's (loongsage.training.fsdp.worker): mini-batches, each one optimizer
         step; `policy_version` is read by algorithm.proximal=interpolate."""
         check_off_policy_inputs(samples, self.algo, policy_version)
+        check_routes(samples, self.algo.routing_replay)
         minis = [self._pack(mini) for mini in split_even(samples, self.trainer.mini_batches, "trainer.mini_batches")]
         # Why recompute is skipped for a single mini-batch: see the HF backend's train_step.
         recompute = len(minis) > 1 and self.algo.proximal == "recompute"

@@ -105,11 +105,7 @@ def tensor_parallel_program(rank: int, world_size: int, store: str, models: dict
     tp_group = ps.get_tensor_model_parallel_group()
     for name, hf_dir in models.items():
         model, spec = _loaded(Path(hf_dir))
-        with torch.no_grad():
-            local = forward_logits(model, *token_ids(spec.vocab_size))
-        pieces = [torch.empty_like(local) for _ in range(2)]
-        dist.all_gather(pieces, local, group=tp_group)
-        results[name]["tp2_logits"] = torch.cat(pieces, dim=-1)
+        local, results[name]["tp2_logits"] = _tp_logits(model, spec, tp_group)
         results[name]["tp2_local_vocab"] = local.shape[-1]
         results[name]["tp2_weights"] = dict(hf_weights(model, spec))
         if name == checkpointed:
@@ -250,13 +246,22 @@ def expert_parallel_program(rank: int, world_size: int, store: str, models: dict
     tp_group = ps.get_tensor_model_parallel_group()
     for name, hf_dir in models.items():
         model, spec = _loaded(Path(hf_dir))
-        with torch.no_grad():
-            local = forward_logits(model, *token_ids(spec.vocab_size))
-        pieces = [torch.empty_like(local) for _ in range(2)]
-        dist.all_gather(pieces, local, group=tp_group)
-        results[name]["tp2_ep2_logits"] = torch.cat(pieces, dim=-1)
+        results[name]["tp2_ep2_logits"] = _tp_logits(model, spec, tp_group)[1]
         results[name]["tp2_ep2_weights"] = list(hf_weights(model, spec))
     if rank == 0:
         torch.save(results, out)
     ps.destroy_model_parallel()
     dist.destroy_process_group()
+
+
+def _tp_logits(model, spec, tp_group):
+    """(this rank's vocabulary shard of the logits, the logits gathered from both tp ranks)."""
+    import torch.distributed as dist
+
+    from loongsage.training.megatron.model import forward_logits
+
+    with torch.no_grad():
+        local = forward_logits(model, *token_ids(spec.vocab_size))
+    pieces = [torch.empty_like(local) for _ in range(2)]
+    dist.all_gather(pieces, local, group=tp_group)
+    return local, torch.cat(pieces, dim=-1)

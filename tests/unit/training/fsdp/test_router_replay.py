@@ -75,3 +75,8 @@ def test_a_dense_model_has_no_routing_metric(tiny_model_path):
         assert "train/routing_mismatch" not in worker.train_step(random_samples(4, 0))
     finally:
         worker.close()
+
+
+def test_replay_without_the_engines_routing_is_refused_by_name(make_worker):
+    with pytest.raises(ValueError, match="algorithm.routing_replay=true but sample 0 carries no routed_experts"):
+        make_worker(replay=True).train_step(random_samples(4, 0))
