@@ -22,8 +22,9 @@ paths run untouched.
    instead, so dropout under tensor parallelism stays reproducible per named stream.
 4. Fused kernels (rope fusion, persistent layer norm, gradient-accumulation fusion, masked
    softmax and bias fusions) are CUDA-only: `CPU_OFF` lists the TransformerConfig fields the
-   mapping turns off. Sequence parallelism stays off too: it is what pulls in megatron's
-   CUDA-allocated GlobalMemoryBuffer.
+   mapping turns off. (Sequence parallelism needs no switch: the all-gather buffer megatron
+   takes from its GlobalMemoryBuffer is allocated on `torch.cuda.current_device()`, 1. above,
+   and the norm it needs is ours, norm.py.)
 5. `torch.cuda.synchronize()` is called by distributed checkpointing, synchronous saves included
    (before it copies tensors to write them). Without CUDA there is nothing to wait for: a no-op.
 6. Not CUDA but TransformerEngine: the MoE router's gating linear (megatron 0.16,
@@ -52,7 +53,6 @@ CPU_OFF = dict(
     bias_activation_fusion=False,
     masked_softmax_fusion=False,
     bias_dropout_fusion=False,
-    sequence_parallel=False,
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import torch
@@ -9,6 +10,7 @@ from torch import Tensor
 
 from loongsage.training.megatron import cpu_shims
 from loongsage.training.megatron.mapping import MegatronModelSpec, padded_vocab_size
+from loongsage.training.megatron.norm import with_local_norms
 
 
 def use_transformer_engine() -> bool:
@@ -23,24 +25,20 @@ def use_transformer_engine() -> bool:
     return True
 
 
-def layer_spec(spec: MegatronModelSpec, config=None):
-    """What megatron builds each decoder layer of: one layer spec for a dense model; for a
-    mixture of experts (`config`, its TransformerConfig, required) megatron's block spec, which
-    gives each layer its dense or MoE spec after `moe_layer_freq`.
+def layer_spec(config):
+    """What megatron builds the decoder of: its block spec, which gives each layer of this pipeline
+    stage its dense or MoE layer spec (after `moe_layer_freq`; all dense without experts) and the
+    block its final norm.
 
-    The experts: on a GPU with TransformerEngine its grouped GEMM (TEGroupedMLP, all local experts
-    in one kernel); elsewhere megatron's SequentialMLP, the local experts one after another as
-    plain torch linears (`moe_grouped_gemm`, set by `build_model`)."""
+    On a GPU with TransformerEngine, its layers (and, for experts, its grouped GEMM: TEGroupedMLP,
+    all local experts in one kernel); elsewhere megatron's local spec, plain torch: SequentialMLP
+    runs the local experts one after another, and its norms are our LocalRMSNorm, which unlike
+    megatron's WrappedTorchNorm runs under sequence parallelism (norm.py)."""
     from megatron.core.models.gpt import gpt_layer_specs
 
     te = use_transformer_engine()
-    if spec.is_moe:
-        if config is None:
-            raise ValueError("a mixture-of-experts layer spec needs the model's TransformerConfig")
-        return gpt_layer_specs.get_gpt_decoder_block_spec(config, use_transformer_engine=te, normalization="RMSNorm")
-    if te:
-        return gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec(qk_layernorm=spec.qk_norm)
-    return gpt_layer_specs.get_gpt_layer_local_spec(qk_layernorm=spec.qk_norm, normalization="RMSNorm")
+    spec = gpt_layer_specs.get_gpt_decoder_block_spec(config, use_transformer_engine=te, normalization="RMSNorm")
+    return spec if te else with_local_norms(spec)
 
 
 def token_dispatcher() -> str:
@@ -62,6 +60,12 @@ def token_dispatcher() -> str:
 def build_model(spec: MegatronModelSpec, *, dtype: torch.dtype = torch.float32):
     """The GPTModel of this rank's pipeline stage and tensor-parallel shard.
 
+    Under tensor parallelism, sequence parallelism too: outside attention and the MLP each
+    tensor-parallel rank holds 1/tp of the sequence (norms, residuals, routers), which divides
+    those activations by tp and is how megatron-core trains experts under tensor parallelism at
+    all (without it every tp rank would route the same tokens). A micro-batch's length must
+    then be a multiple of tp (`sequence_multiple`).
+
     parallel_state must be initialized. The embedding and output layer have
     `padded_vocab_size(spec.vocab_size, tp)` rows; `forward_logits` masks the padding.
     Parameters are randomly initialized: load weights with convert.load_hf_weights.
@@ -79,6 +83,7 @@ def build_model(spec: MegatronModelSpec, *, dtype: torch.dtype = torch.float32):
         **spec.transformer,
         **(_expert_settings(ep) if spec.is_moe else {}),
         tensor_model_parallel_size=tp,
+        sequence_parallel=tp > 1,
         pipeline_model_parallel_size=pp,
         params_dtype=dtype,
         pipeline_dtype=dtype,
@@ -91,7 +96,7 @@ def build_model(spec: MegatronModelSpec, *, dtype: torch.dtype = torch.float32):
     with cpu_shims.cuda_literals_on_cpu():
         model = GPTModel(
             config=config,
-            transformer_layer_spec=layer_spec(spec, config),
+            transformer_layer_spec=layer_spec(config),
             pre_process=ps.is_pipeline_first_stage(),
             post_process=ps.is_pipeline_last_stage(),
             **gpt_kwargs,
@@ -162,29 +167,67 @@ def forward_logits(
     """
     gpt = gpt_model(model)
     _check_positions(position_ids)
+    _check_length(input_ids.shape[1], gpt.config)
     mask = causal_mask(input_ids.shape[1], str(input_ids.device))
     routing = {}
     if attention_mask is not None and gpt.config.num_moe_experts:
         routing = dict(padding_mask=attention_mask == 0)  # megatron's: True = padding
-    hook = None
-    if gpt.post_process and first_position:
-        # Only the output layer is skipped for the leading positions: the decoder (its final
-        # norm included) still sees every token.
-        hook = gpt.decoder.register_forward_hook(lambda _module, _args, hidden: hidden[first_position:])
-    try:
+    with _output_layer_from(gpt, first_position):
         output = model(input_ids, position_ids, attention_mask=mask, **routing)
-    finally:
-        if hook is not None:
-            hook.remove()
     if not gpt.post_process:
         return output
     return _mask_vocab_padding(output, gpt.vocab_size_unpadded)
+
+
+@contextlib.contextmanager
+def _output_layer_from(gpt, first_position: int):
+    """Within: the output layer projects only positions first_position.. to the vocabulary (the
+    largest activation of a long prompt); the decoder, its final norm included, still sees every
+    token.
+
+    Under sequence parallelism the decoder's output is this rank's slice of the sequence and the
+    output layer gathers it; the slice is taken from the whole sequence, so we gather it here
+    and tell the output layer not to, as megatron's own inference does for its last token. The
+    gather's backward only splits: the output layer, then not sequence-parallel, sums the
+    input's gradient over the vocabulary shards itself."""
+    if not (gpt.post_process and first_position):
+        yield
+        return
+    from megatron.core.tensor_parallel import gather_from_sequence_parallel_region
+
+    sequence_parallel = gpt.output_layer.sequence_parallel
+
+    def tail(_module, _args, hidden: Tensor) -> Tensor:
+        if sequence_parallel:
+            hidden = gather_from_sequence_parallel_region(hidden, tensor_parallel_output_grad=False)
+        return hidden[first_position:]
+
+    hook = gpt.decoder.register_forward_hook(tail)
+    gpt.output_layer.sequence_parallel = False
+    try:
+        yield
+    finally:
+        hook.remove()
+        gpt.output_layer.sequence_parallel = sequence_parallel
 
 
 @functools.lru_cache(maxsize=8)
 def causal_mask(length: int, device: str) -> Tensor:
     """[1, 1, T, T] bool, True = masked. Passed explicitly: megatron's default mask is made on "cuda"."""
     return torch.ones(length, length, dtype=torch.bool, device=device).triu(diagonal=1)[None, None]
+
+
+def sequence_multiple(tp: int) -> int:
+    """What a micro-batch's length must be a multiple of: tp under sequence parallelism (build_model)."""
+    return tp
+
+
+def _check_length(length: int, config) -> None:
+    if config.sequence_parallel and length % config.tensor_model_parallel_size:
+        raise ValueError(
+            f"a micro-batch of {length} positions under sequence parallelism: its length must be a multiple of "
+            f"trainer.megatron.tp={config.tensor_model_parallel_size} (pad it to model.sequence_multiple(tp))"
+        )
 
 
 def _check_positions(position_ids: Tensor) -> None:

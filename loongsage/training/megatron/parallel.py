@@ -103,22 +103,6 @@ def add_rng_streams(seed: int) -> None:
     tracker.add(tensor_parallel.get_expert_parallel_rng_tracker_name(), expert_seed)
 
 
-def check_trainable(spec, tp: int) -> None:
-    """Refuse, before anything is built, a layout megatron-core cannot train this model under.
-
-    megatron-core trains MoE layers under tensor parallelism only with sequence parallelism
-    (MoELayer.forward raises otherwise: without it every tensor-parallel rank routes the same
-    tokens, and the experts' gradients would count each token tp times). This backend runs
-    without sequence parallelism (cpu_shims.CPU_OFF), so experts train at tp = 1; tensor
-    parallelism still serves conversion and inference."""
-    if spec.is_moe and tp > 1:
-        raise ValueError(
-            f"trainer.megatron.tp={tp} with a mixture-of-experts model ({spec.family}): megatron-core trains expert "
-            f"layers under tensor parallelism only with sequence parallelism, which this backend does not run; "
-            f"set trainer.megatron.tp=1 and split the experts with trainer.megatron.ep"
-        )
-
-
 def destroy_model_parallel() -> None:
     from megatron.core import parallel_state as ps
 

@@ -17,17 +17,29 @@ from __future__ import annotations
 from torch import Tensor
 
 from loongsage.training.megatron.model import gpt_model
-from loongsage.training.routing_replay import EngineRoutes
+from loongsage.training.routing_replay import EngineRoutes, RoutingCount
 
 
 class MegatronRouting(EngineRoutes):
-    """Installed once on the policy model; megatron's routers see tokens sequence-major."""
+    """Installed once on the policy model; megatron's routers see tokens sequence-major and,
+    under sequence parallelism, only this tensor-parallel rank's slice of the sequence."""
 
     def __init__(self, model):
+        from megatron.core import parallel_state as ps
+
         super().__init__(sequence_major=True)
-        for layer in gpt_model(model).decoder.layers:
+        gpt = gpt_model(model)
+        sliced = gpt.config.sequence_parallel
+        self.slices = ps.get_tensor_model_parallel_world_size() if sliced else 1
+        self.slice = ps.get_tensor_model_parallel_rank() if sliced else 0
+        for layer in gpt.decoder.layers:
             if hasattr(layer.mlp, "router"):
                 layer.mlp.router.router_replay = _LayerRoutes(self, layer.layer_number - 1)
+
+    def engine_routes(self, routed: Tensor | None, replay: bool, count: RoutingCount | None = None):
+        if routed is not None and self.slices > 1:
+            routed = routed.chunk(self.slices, dim=1)[self.slice]  # [B, T / tp, layers * k]
+        return super().engine_routes(routed, replay, count)
 
 
 class _LayerRoutes:

@@ -23,9 +23,9 @@ from loongsage.training.lr_schedule import Warmup
 from loongsage.training.megatron import checkpoint, cpu_shims
 from loongsage.training.megatron.convert import holds_full_weights, host_weights, load_hf_weights
 from loongsage.training.megatron.mapping import model_spec, with_aux_loss_coeff
-from loongsage.training.megatron.model import build_model
+from loongsage.training.megatron.model import build_model, gpt_model, sequence_multiple
 from loongsage.training.megatron.optim import build_optimizer, set_lr, wrap_ddp
-from loongsage.training.megatron.parallel import check_trainable, destroy_model_parallel, init_model_parallel
+from loongsage.training.megatron.parallel import destroy_model_parallel, init_model_parallel
 from loongsage.training.megatron.router_replay import MegatronRouting
 from loongsage.training.megatron.schedule import run_micro_batches
 from loongsage.training.metrics import StepMetrics
@@ -143,7 +143,7 @@ class MegatronWorker(TrainRank):
         run_micro_batches(
             self.model, micros, self.layout, on_scores, forward_only=False, around_forward=self._engine_routes(routing)
         )
-        sums.add_routing(self._over_stages(routing))
+        sums.add_routing(self._over_model_parallel(routing))
         with cpu_shims.cuda_literals_on_cpu():
             _, grad_norm, _ = self.optimizer.step()
         sums.grad_norm += float(grad_norm)
@@ -164,7 +164,8 @@ class MegatronWorker(TrainRank):
 
     def _pack(self, samples: list[Sample]) -> list[PackedBatch]:
         chunks = split_micro_batches(samples, self.trainer.micro_batch_size)
-        widths = [max(sample.num_tokens for sample in chunk) for chunk in chunks]
+        multiple = sequence_multiple(self.layout.tp_size)
+        widths = [-(-max(sample.num_tokens for sample in chunk) // multiple) * multiple for chunk in chunks]
         if self.layout.ep_size > 1:
             widths = self._expert_group_widths(widths)
         if self.layout.pp_size > 1:
@@ -211,18 +212,22 @@ class MegatronWorker(TrainRank):
             return lambda _micro: nullcontext()
         return lambda micro: self.routing.engine_routes(micro.routed_experts, self.algo.routing_replay, count)
 
-    def _over_stages(self, count: RoutingCount) -> RoutingCount:
-        """Each pipeline stage routes its own layers; the step's count is all stages'."""
-        if self.layout.pp_size == 1:
+    def _over_model_parallel(self, count: RoutingCount) -> RoutingCount:
+        """Each pipeline stage routes its own layers, and under sequence parallelism each
+        tensor-parallel rank its own slice of the sequence: the step's count is all of theirs."""
+        groups = [self.layout.pp_group] if self.layout.pp_size > 1 else []
+        if gpt_model(self.model).config.sequence_parallel:
+            groups.append(self.layout.tp_group)
+        if not groups:
             return count
         totals = torch.tensor([count.mismatched, count.compared], device=cpu_shims.device())
-        dist.all_reduce(totals, group=self.layout.pp_group)
+        for group in groups:
+            dist.all_reduce(totals, group=group)
         mismatched, compared = totals.tolist()
         return RoutingCount(int(mismatched), int(compared))
 
     def _refuse_unread_settings(self) -> None:
         """Settings this model or this backend cannot honour, refused by name, not ignored."""
-        check_trainable(self.spec, self.trainer.megatron.tp)
         if self.trainer.moe.freeze_router and not self.spec.is_moe:
             raise ValueError(f"trainer.moe.freeze_router=true: the model ({self.spec.family}) has no experts; leave it at false")
 

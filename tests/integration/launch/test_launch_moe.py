@@ -1,6 +1,6 @@
 """A mixture-of-experts policy through the real entry point: the embedded engine serves tiny-moe
 and returns its routing with every response, the trainer (fsdp in fully_async, replaying it; or
-megatron in sync with its experts over two ranks) compares it with its own
+megatron in sync at tp=2, sequence-parallel, with its experts over the two ranks) compares it with its own
 (train/routing_mismatch), and the weights it pushes (per-expert checkpoint names) reach the engine
 exactly."""
 
@@ -25,10 +25,11 @@ def test_fully_async_fsdp_run_replays_the_engines_routing(tmp_path):
 
 
 def test_sync_megatron_run_with_experts_over_two_ranks(tmp_path):
-    """trainer.megatron.ep=2: each of two ranks holds half the experts; the engine gets every
-    expert gathered from both (the log-prob gap after each push is float noise)."""
-    run_dir = tmp_path / "ep2"
-    overrides = ["trainer.backend=megatron", "trainer.megatron.dp=2", "trainer.megatron.ep=2"]
+    """trainer.megatron.tp=2 ep=2: each of two ranks holds half the experts and routes half of
+    each sequence (sequence parallelism); the engine gets every expert gathered from both and the
+    tensor-parallel shards joined (the log-prob gap after each push is float noise)."""
+    run_dir = tmp_path / "tp2ep2"
+    overrides = ["trainer.backend=megatron", "trainer.megatron.tp=2", "trainer.megatron.ep=2"]
     result = launch(*MOE_RUN, f"run.dir={run_dir}", *overrides)
     assert result.returncode == 0, result.stderr[-4000:]
     logged = scalars(run_dir)

@@ -60,9 +60,11 @@ def tiny_moe_path() -> str:
     return str(tiny_moe_dir())
 
 
-def test_expert_parallel_step_is_the_single_rank_step(tiny_moe_path, tmp_path):
+@pytest.mark.parametrize("layout", [dict(ep=2, dp=2), dict(tp=2, ep=2)], ids=["ep2-dp2", "tp2-ep2"])
+def test_expert_parallel_step_is_the_single_rank_step(layout, tiny_moe_path, tmp_path):
+    """At tp=2 the ranks run sequence-parallel: each routes half of every sequence's tokens."""
     single = run_ranks(tiny_moe_path, moe_trainer(), one_step, tmp_path / "ep1", ALGO)[0]
-    ranks = run_ranks(tiny_moe_path, moe_trainer(ep=2, dp=2), one_step, tmp_path / "ep2", ALGO)
+    ranks = run_ranks(tiny_moe_path, moe_trainer(**layout), one_step, tmp_path / "parallel", ALGO)
     for result in ranks:
         for key in METRICS_COMPARED:
             assert result["metrics"][key] == pytest.approx(single["metrics"][key], rel=RELATIVE, abs=1e-7), key
@@ -75,8 +77,9 @@ def test_expert_parallel_step_is_the_single_rank_step(tiny_moe_path, tmp_path):
         assert scale > 0, f"{name} has no gradient"  # routers too (top-k weights, load-balancing loss)
         worst = max(worst, (grads[name] - expected).abs().max().item() / scale)
         torch.testing.assert_close(grads[name], expected, rtol=RELATIVE, atol=RELATIVE * scale, msg=name)
-    print(f"ep=2 vs ep=1: largest gradient difference {worst:.3g} of the tensor's largest entry")
-    after = [lp for result in ranks for lp in result["logprobs"]]
+    print(f"{layout} vs one rank: largest gradient difference {worst:.3g} of the tensor's largest entry")
+    data_shards = ranks[:: layout.get("tp", 1)]  # tensor-parallel ranks are adjacent and share a shard
+    after = [lp for result in data_shards for lp in result["logprobs"]]
     for got, expected in zip(after, single["logprobs"], strict=True):
         assert got == pytest.approx(expected, abs=1e-5)
 
@@ -115,11 +118,10 @@ def test_router_settings_a_user_tunes(tiny_moe_path, tmp_path):
 @pytest.mark.parametrize(
     ("model", "settings", "algo", "message"),
     [
-        ("tiny-moe", dict(tp=2), ALGO, "trainer.megatron.tp=2 with a mixture-of-experts model"),
         ("tiny", dict(moe=MoeConfig(freeze_router=True)), ALGO, r"trainer.moe.freeze_router=true: the model \(llama\)"),
         ("tiny", dict(moe=MoeConfig(aux_loss_coeff=0.1)), ALGO, r"trainer.moe.aux_loss_coeff=0.1: the model \(llama\)"),
     ],
-    ids=["tp-with-experts", "freeze-router-dense", "aux-loss-dense"],
+    ids=["freeze-router-dense", "aux-loss-dense"],
 )
 def test_settings_the_worker_cannot_honour_are_refused_by_name(model, settings, algo, message, tiny_moe_path, tiny_model_path):
     from loongsage.training.megatron.worker import MegatronWorker
@@ -134,9 +136,10 @@ def logprobs_then_step(samples, worker) -> dict:
     return {"logprobs": worker.compute_logprobs(samples), "metrics": worker.train_step(samples)}
 
 
-def test_a_step_at_ep2_is_the_fsdp_backends_step_replaying_the_engines_routing(tiny_moe_path, tmp_path):
+def test_a_sequence_parallel_step_is_the_fsdp_backends_step_replaying_the_engines_routing(tiny_moe_path, tmp_path):
     """The same weights, samples and objective, and an engine routing that differs from the
-    trainers' on every third position: megatron with its experts over two ranks and the fsdp
+    trainers' on every third position: megatron at tp=2 (sequence-parallel: each rank routes,
+    replays and counts half of every sequence) with its experts over the two ranks, and the fsdp
     backend's transformers model, both replaying it, compute the same log-probs before the step,
     count the same routing mismatch and take the same step. Megatron's routers add a
     load-balancing loss the fsdp backend does not compute, so it is off here."""
@@ -146,7 +149,8 @@ def test_a_step_at_ep2_is_the_fsdp_backends_step_replaying_the_engines_routing(t
     samples = with_routing(SAMPLES, engine)
     algo = replace(ALGO, routing_replay=True)
     no_aux = MoeConfig(aux_loss_coeff=0.0)
-    ranks = run_ranks(tiny_moe_path, moe_trainer(ep=2, dp=2, moe=no_aux), partial(_replayed_step, samples), tmp_path, algo)
+    layout = moe_trainer(tp=2, ep=2, moe=no_aux)
+    ranks = run_ranks(tiny_moe_path, layout, partial(_replayed_step, samples), tmp_path, algo)
     fsdp = TrainWorker(tiny_moe_path, TrainerConfig(micro_batch_size=2, lr=1e-3, max_grad_norm=UNCLIPPED), algo, 0, 0)
     fsdp.setup(*fsdp.rendezvous_address())
     try:
@@ -154,9 +158,9 @@ def test_a_step_at_ep2_is_the_fsdp_backends_step_replaying_the_engines_routing(t
     finally:
         fsdp.close()
     for when in ("before", "after"):
-        got = [lp for result in ranks for lp in result[when]]
-        for row, want in zip(got, expected[when], strict=True):
-            assert row == pytest.approx(want, abs=1e-5), when
+        for result in ranks:  # both ranks hold the whole batch
+            for row, want in zip(result[when], expected[when], strict=True):
+                assert row == pytest.approx(want, abs=1e-5), when
     # With replay the trainer's own choice is made on the replayed forward: beyond the changed
     # positions, a later layer may choose otherwise where an earlier one was replayed.
     mismatch = expected["metrics"]["train/routing_mismatch"]

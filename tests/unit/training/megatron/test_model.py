@@ -130,13 +130,28 @@ def test_expert_parallel_size_is_checked_against_the_model(monkeypatch):
         build_model(model_spec(hf_config("qwen3_moe")))
 
 
-def test_experts_do_not_train_under_tensor_parallelism():
-    from loongsage.training.megatron.parallel import check_trainable
+def test_every_norm_of_the_local_spec_can_run_sequence_parallel():
+    """megatron's plain-torch norm leaves its weight unmarked, and an unmarked norm's gradient
+    would not be summed over the tensor-parallel ranks' slices of the sequence."""
+    from loongsage.training.megatron.norm import LocalRMSNorm
 
-    check_trainable(model_spec(hf_config("qwen3")), tp=2)
-    check_trainable(model_spec(hf_config("qwen3_moe")), tp=1)
-    with pytest.raises(ValueError, match="trainer.megatron.tp=2 with a mixture-of-experts model"):
-        check_trainable(model_spec(hf_config("qwen3_moe")), tp=2)
+    model = build_model(model_spec(hf_config("qwen3_moe")))  # qk-norm, dense and MoE layers
+    norms = [module for module in model.modules() if isinstance(module, torch.nn.RMSNorm)]
+    layers = len(gpt_model(model).decoder.layers)
+    assert len(norms) == 4 * layers + 1  # input, pre-MLP, q and k per layer; the final norm
+    assert all(type(norm) is LocalRMSNorm for norm in norms)
+
+
+def test_a_sequence_parallel_length_must_split_over_the_tensor_parallel_ranks():
+    from types import SimpleNamespace
+
+    from loongsage.training.megatron.model import _check_length
+
+    config = SimpleNamespace(sequence_parallel=True, tensor_model_parallel_size=2)
+    _check_length(12, config)
+    with pytest.raises(ValueError, match="13 positions under sequence parallelism.*multiple of trainer.megatron.tp=2"):
+        _check_length(13, config)
+    _check_length(13, SimpleNamespace(sequence_parallel=False, tensor_model_parallel_size=1))
 
 
 @pytest.mark.slow
