@@ -14,7 +14,7 @@ from __future__ import annotations
 MEGATRON = "megatron"  # the trainer.backend whose ranks come from trainer.megatron.tp / pp / dp
 MEGATRON_RANKS = "trainer.megatron.tp * trainer.megatron.pp * trainer.megatron.dp"
 # The trainer.backend values whose workers read trainer.moe.* (the routers' RL settings).
-MOE_SETTINGS_BACKENDS = (MEGATRON,)
+MOE_SETTINGS_BACKENDS = ("fsdp", MEGATRON)
 
 
 def uses_megatron(trainer) -> bool:

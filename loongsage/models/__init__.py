@@ -1,10 +1,19 @@
 from loongsage.models.registry import (
     DEFAULT_MODEL,
     MODELS,
+    hf_config,
     is_mixture_of_experts,
     load_causal_lm,
     load_tokenizer,
     resolve_model_path,
 )
 
-__all__ = ["DEFAULT_MODEL", "MODELS", "is_mixture_of_experts", "load_causal_lm", "load_tokenizer", "resolve_model_path"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "MODELS",
+    "hf_config",
+    "is_mixture_of_experts",
+    "load_causal_lm",
+    "load_tokenizer",
+    "resolve_model_path",
+]

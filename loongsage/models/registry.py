@@ -40,9 +40,13 @@ def resolve_model_path(name_or_path: str) -> Path:
 EXPERT_COUNT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts")
 
 
+def hf_config(model_path: str | Path) -> dict:
+    """The checkpoint's config.json."""
+    return json.loads((Path(model_path) / "config.json").read_text())
+
+
 def is_mixture_of_experts(model_path: str | Path) -> bool:
-    config = json.loads((Path(model_path) / "config.json").read_text())
-    return any(config.get(field) for field in EXPERT_COUNT_FIELDS)
+    return any(hf_config(model_path).get(field) for field in EXPERT_COUNT_FIELDS)
 
 
 def load_tokenizer(model_path: str | Path):

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from loongsage.algorithms.losses import token_logprobs
 from loongsage.cluster.placement import ray_gpu_ids
-from loongsage.models import is_mixture_of_experts, load_causal_lm
+from loongsage.models import hf_config, is_mixture_of_experts, load_causal_lm
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
 from loongsage.training.fsdp import checkpoint
@@ -29,6 +29,7 @@ from loongsage.training.fsdp.parallel import (
     wrap_model,
 )
 from loongsage.training.fsdp.router_replay import HfRouting
+from loongsage.training.load_balancing import layers_load_balancing_loss
 from loongsage.training.metrics import StepMetrics
 from loongsage.training.objective import check_off_policy_inputs, micro_objective, supervised_objective
 from loongsage.training.rank_process import (
@@ -36,6 +37,7 @@ from loongsage.training.rank_process import (
     join_process_group,
     leave_process_group,
 )
+from loongsage.training.router_settings import refuse_without_experts
 from loongsage.training.routing_replay import RoutingCount, check_routes
 from loongsage.training.shares import global_shares
 from loongsage.training.token_scores import FullVocabScores
@@ -48,13 +50,18 @@ class TrainWorker(TrainRank):
         return ray_gpu_ids()
 
     def setup(self, master_addr: str, master_port: int) -> None:
+        experts = is_mixture_of_experts(self.model_path)
+        refuse_without_experts(self.trainer.moe, hf_config(self.model_path)["model_type"], experts)  # before joining
         join_process_group(master_addr, master_port, self.rank, self.trainer.world_size)
         dtype = self.dtype
         model = load_causal_lm(self.model_path, dtype=dtype)
         if self.trainer.gradient_checkpointing:
             _enable_activation_checkpointing(model)
         self.tied_names = tied_parameter_names(model)
-        self.routing = HfRouting(model) if is_mixture_of_experts(self.model_path) else None
+        self.routing = HfRouting(model) if experts else None
+        self.aux_loss_coeff = self._aux_loss_coeff(model.config) if experts else 0.0
+        self.top_k = model.config.num_experts_per_tok if experts else 0
+        _freeze_routers(model, self.trainer.moe.freeze_router)
         self.model = wrap_model(model, self.trainer.strategy)
         self.optimizer, self.scheduler = build_optimizer(self.model, self.trainer)
         self.ref_model = self._reference_model(dtype) if self.algo.kl_coef > 0 else None
@@ -158,7 +165,8 @@ class TrainWorker(TrainRank):
         for index, micro in enumerate(micros):
             old = olds[index] if olds else None
             with grad_sync(self.model, enabled=index == len(micros) - 1), self._engine_routes(micro, routing):
-                scores = FullVocabScores(self._forward(self.model, micro))
+                out = self._forward(self.model, micro, router_logits=self.aux_loss_coeff > 0)
+                scores = FullVocabScores(out.logits[:, :-1])
                 result = (
                     supervised_objective(scores, micro)
                     if supervised
@@ -166,7 +174,12 @@ class TrainWorker(TrainRank):
                 )
                 # Ranks' gradients are averaged, so each rank scales by world_size to end
                 # with the global-batch loss, not the mean of per-rank losses.
-                (result.loss * (weights[index] * dist.get_world_size())).backward()
+                loss = result.loss * (weights[index] * dist.get_world_size())
+                if self.aux_loss_coeff > 0:
+                    # megatron's weighing: each micro-batch's routers' loss by 1/M (load_balancing.py)
+                    balance = layers_load_balancing_loss(out.router_logits, micro.attention_mask, self.top_k)
+                    loss = loss + self.aux_loss_coeff * balance / len(micros)
+                loss.backward()
             sums.add_micro(micro, result, old, weights[index], token_weights[index])
         sums.add_routing(routing)
         sums.grad_norm += clip_grad_norm(self.model, self.trainer.max_grad_norm)
@@ -180,7 +193,7 @@ class TrainWorker(TrainRank):
         for micro in micros:
             # The policy replays the engine's routing here too (recompute); the reference model never.
             with self._engine_routes(micro) if model is self.model else nullcontext():
-                logprobs.append(token_logprobs(self._forward(model, micro), micro.targets))
+                logprobs.append(token_logprobs(self._forward(model, micro).logits[:, :-1], micro.targets))
         return logprobs
 
     def _engine_routes(self, micro: PackedBatch, count: RoutingCount | None = None):
@@ -189,21 +202,38 @@ class TrainWorker(TrainRank):
         return self.routing.engine_routes(micro.routed_experts, self.algo.routing_replay, count)
 
     @staticmethod
-    def _forward(model: torch.nn.Module, micro: PackedBatch) -> Tensor:
-        out = model(
+    def _forward(model: torch.nn.Module, micro: PackedBatch, router_logits: bool = False):
+        """transformers' output: `logits` (of the positions from micro.logits_to_keep on) and,
+        when asked, each MoE layer's `router_logits` [B * T, E]."""
+        return model(
             input_ids=micro.input_ids,
             attention_mask=micro.attention_mask,
             position_ids=micro.position_ids,
             use_cache=False,
             logits_to_keep=micro.logits_to_keep,
+            **(dict(output_router_logits=True) if router_logits else {}),
         )
-        return out.logits[:, :-1]
+
+    def _aux_loss_coeff(self, config) -> float:
+        """trainer.moe.aux_loss_coeff, else the checkpoint's router_aux_loss_coef (as megatron reads it)."""
+        configured = self.trainer.moe.aux_loss_coeff
+        return float(config.router_aux_loss_coef if configured is None else configured)
 
     def _reference_model(self, dtype: torch.dtype) -> torch.nn.Module:
         """A frozen copy of the starting weights; later checkpoint loads never touch it."""
         ref = load_causal_lm(self.model_path, dtype=dtype)
         ref.requires_grad_(False)
         return ref
+
+
+def _freeze_routers(model: torch.nn.Module, freeze: bool) -> None:
+    """trainer.moe.freeze_router: each MoE layer's router (`mlp.gate`, transformers' Qwen2/3-MoE)
+    takes no gradient, so the optimizer never moves it; the shared expert's gate is not a router."""
+    if not freeze:
+        return
+    for layer in model.model.layers:
+        if hasattr(layer.mlp, "experts"):
+            layer.mlp.gate.requires_grad_(False)
 
 
 def _enable_activation_checkpointing(model: torch.nn.Module) -> None:

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+from loongsage.models import hf_config
 from loongsage.models.safetensors_io import SafetensorsReader, write_safetensors
 
 RELEASE = "release"
@@ -74,7 +75,7 @@ def megatron_to_hf(megatron_dir: str | Path, out: str | Path) -> Path:
 
     megatron_dir, out = Path(megatron_dir), Path(out)
     metadata = read_metadata(megatron_dir)
-    spec = model_spec(json.loads((megatron_dir / HF_FILES / "config.json").read_text()))
+    spec = model_spec(hf_config(megatron_dir / HF_FILES))
     with _atomic_dir(out) as scratch, _single_rank():
         model = _build(spec, getattr(torch, metadata["dtype"]))
         load_megatron_checkpoint(model, megatron_dir)
@@ -148,7 +149,7 @@ def _hf_spec(hf_dir: Path):
         raise FileNotFoundError(f"{hf_dir}: no such directory")
     if not (hf_dir / "config.json").is_file():
         raise FileNotFoundError(f"{hf_dir} is not a Hugging Face model directory: config.json is missing")
-    return model_spec(json.loads((hf_dir / "config.json").read_text()))
+    return model_spec(hf_config(hf_dir))
 
 
 def _build(spec, dtype: torch.dtype):

@@ -215,11 +215,9 @@ def model_spec(hf_config) -> MegatronModelSpec:
 
 def with_aux_loss_coeff(spec: MegatronModelSpec, coeff: float | None) -> MegatronModelSpec:
     """`spec` with the routers' load-balancing coefficient set (trainer.moe.aux_loss_coeff; None
-    keeps the checkpoint's router_aux_loss_coef). A dense model is refused: it has no router."""
+    keeps the checkpoint's router_aux_loss_coef). A model with experts (router_settings)."""
     if coeff is None:
         return spec
-    if not spec.is_moe:
-        raise ValueError(f"trainer.moe.aux_loss_coeff={coeff}: the model ({spec.family}) has no experts; leave it at null")
     return replace(spec, transformer=dict(spec.transformer) | dict(moe_aux_loss_coeff=float(coeff)))
 
 

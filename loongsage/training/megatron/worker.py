@@ -8,7 +8,6 @@ Every method but `rendezvous_address` is collective over all ranks.
 
 from __future__ import annotations
 
-import json
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from loongsage.cluster.hosts import this_host
+from loongsage.models import hf_config
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
 from loongsage.training.lr_schedule import Warmup
@@ -35,6 +35,7 @@ from loongsage.training.rank_process import (
     join_process_group,
     leave_process_group,
 )
+from loongsage.training.router_settings import refuse_without_experts
 from loongsage.training.routing_replay import RoutingCount, check_routes
 from loongsage.training.settings import train_ranks
 from loongsage.training.shares import global_shares
@@ -45,9 +46,9 @@ ROUTER_WEIGHT = ".mlp.router.weight"  # megatron's name of each MoE layer's rout
 
 class MegatronWorker(TrainRank):
     def setup(self, master_addr: str, master_port: int) -> None:
-        spec = model_spec(json.loads((self.model_path / "config.json").read_text()))
+        spec = model_spec(hf_config(self.model_path))
+        refuse_without_experts(self.trainer.moe, spec.family, spec.is_moe)  # before any rank waits for the others
         self.spec = with_aux_loss_coeff(spec, self.trainer.moe.aux_loss_coeff)
-        self._refuse_unread_settings()  # before any rank waits for the others
         join_process_group(master_addr, master_port, self.rank, train_ranks(self.trainer), cpu_shims.collective_backend())
         self.layout = init_model_parallel(self.trainer.megatron, self.seed)
         policy = self._trainable(self._load_model())
@@ -225,11 +226,6 @@ class MegatronWorker(TrainRank):
             dist.all_reduce(totals, group=group)
         mismatched, compared = totals.tolist()
         return RoutingCount(int(mismatched), int(compared))
-
-    def _refuse_unread_settings(self) -> None:
-        """Settings this model or this backend cannot honour, refused by name, not ignored."""
-        if self.trainer.moe.freeze_router and not self.spec.is_moe:
-            raise ValueError(f"trainer.moe.freeze_router=true: the model ({self.spec.family}) has no experts; leave it at false")
 
     def _trainable(self, model):
         """trainer.moe.freeze_router: the routers take no gradient, so megatron's DDP gives them no

@@ -110,16 +110,18 @@ def test_expert_parallelism_is_carved_out_of_the_tensor_and_data_parallel_ranks(
 
 def test_router_settings_are_refused_by_name_under_a_backend_that_does_not_read_them():
     cfg = Config()
+    cfg.trainer.backend = "my_trainers.worker:PluginWorker"  # an import path: not known to read them
     cfg.trainer.moe.aux_loss_coeff = 0.01
     cfg.trainer.moe.freeze_router = True
     assert (
-        "trainer.moe.aux_loss_coeff=0.01, trainer.moe.freeze_router=True is not read by trainer.backend=fsdp (only by "
-        "trainer.backend=megatron): set trainer.backend=megatron, or leave trainer.moe.* at the defaults"
+        "trainer.moe.aux_loss_coeff=0.01, trainer.moe.freeze_router=True is not read by "
+        "trainer.backend=my_trainers.worker:PluginWorker (only by trainer.backend=fsdp, trainer.backend=megatron): "
+        "set trainer.backend=fsdp, or leave trainer.moe.* at the defaults"
     ) in problems(cfg)
-    cfg = megatron()
-    cfg.trainer.moe.aux_loss_coeff = 0.01
-    cfg.trainer.moe.freeze_router = True
-    check(cfg)
+    for cfg in (Config(), megatron()):
+        cfg.trainer.moe.aux_loss_coeff = 0.01
+        cfg.trainer.moe.freeze_router = True
+        check(cfg)
     cfg.trainer.moe.aux_loss_coeff = -1.0
     assert "trainer.moe.aux_loss_coeff=-1.0 must be >= 0" in problems(cfg)
     composed = compose_config("recipe=math_grpo", "trainer.backend=megatron", "trainer.moe.freeze_router=true", "model=tiny")

@@ -141,17 +141,18 @@ def test_a_sequence_parallel_step_is_the_fsdp_backends_step_replaying_the_engine
     trainers' on every third position: megatron at tp=2 (sequence-parallel: each rank routes,
     replays and counts half of every sequence) with its experts over the two ranks, and the fsdp
     backend's transformers model, both replaying it, compute the same log-probs before the step,
-    count the same routing mismatch and take the same step. Megatron's routers add a
-    load-balancing loss the fsdp backend does not compute, so it is off here."""
+    count the same routing mismatch and take the same step, both adding their routers'
+    load-balancing loss (at a coefficient large enough to move the step: 0.5)."""
     from loongsage.training.fsdp import TrainWorker
 
     engine, fraction = shifted(engine_routing(tiny_moe_path, SAMPLES), every=3, experts=4)
     samples = with_routing(SAMPLES, engine)
     algo = replace(ALGO, routing_replay=True)
-    no_aux = MoeConfig(aux_loss_coeff=0.0)
-    layout = moe_trainer(tp=2, ep=2, moe=no_aux)
+    balancing = MoeConfig(aux_loss_coeff=0.5)
+    layout = moe_trainer(tp=2, ep=2, moe=balancing)
     ranks = run_ranks(tiny_moe_path, layout, partial(_replayed_step, samples), tmp_path, algo)
-    fsdp = TrainWorker(tiny_moe_path, TrainerConfig(micro_batch_size=2, lr=1e-3, max_grad_norm=UNCLIPPED), algo, 0, 0)
+    fsdp_layout = TrainerConfig(micro_batch_size=2, lr=1e-3, max_grad_norm=UNCLIPPED, moe=balancing)
+    fsdp = TrainWorker(tiny_moe_path, fsdp_layout, algo, 0, 0)
     fsdp.setup(*fsdp.rendezvous_address())
     try:
         expected = _replayed_step(samples, fsdp, shard=False)
