@@ -35,7 +35,7 @@ from starlette.exceptions import HTTPException
 from loongsage.agentflow.router import anthropic_api, openai_api
 from loongsage.agentflow.router.errors import RouterError
 from loongsage.agentflow.router.export import trajectory_json
-from loongsage.agentflow.router.ids import decode_segment
+from loongsage.agentflow.router.ids import decode_segment, readings
 from loongsage.agentflow.router.keys import presented_key
 from loongsage.agentflow.router.model_routes import MODEL_ROUTES, Handler
 from loongsage.agentflow.router.service import Router
@@ -87,19 +87,15 @@ def build_app(router: Router) -> FastAPI:
     async def trajectory_ids():
         return {"ids": router.store.ids()}
 
-    @app.get("/trajectories/{trajectory_id}", dependencies=authorized, include_in_schema=False)
+    # `:path`: a percent-encoded `/` in the id arrives decoded (ids.readings).
+    @app.get("/trajectories/{trajectory_id:path}", dependencies=authorized, include_in_schema=False)
     async def get_trajectory(trajectory_id: str):
-        trajectory_id = decode_segment(trajectory_id, "trajectory_id")
-        trajectory = router.store.get(trajectory_id)
-        if trajectory is None:
-            raise RouterError(404, f"trajectory {trajectory_id!r} not found", "trajectory_id")
+        _, trajectory = _first_recorded(trajectory_id, router.store.get)
         return JSONResponse(trajectory_json(trajectory))  # skips FastAPI's slow walk over long id lists
 
-    @app.delete("/trajectories/{trajectory_id}", dependencies=authorized, include_in_schema=False)
+    @app.delete("/trajectories/{trajectory_id:path}", dependencies=authorized, include_in_schema=False)
     async def delete_trajectory(trajectory_id: str):
-        trajectory_id = decode_segment(trajectory_id, "trajectory_id")
-        if router.store.pop(trajectory_id) is None:
-            raise RouterError(404, f"trajectory {trajectory_id!r} not found", "trajectory_id")
+        trajectory_id, _ = _first_recorded(trajectory_id, router.store.pop)
         return {"id": trajectory_id, "deleted": True}
 
     @app.get("/health")
@@ -107,6 +103,16 @@ def build_app(router: Router) -> FastAPI:
         return {"status": "ok"}
 
     return app
+
+
+def _first_recorded(segment: str, take):
+    """(id, take(id)) for the first reading of `segment` that `take` finds recorded; else a 404."""
+    candidates = readings(segment)
+    for trajectory_id in candidates:
+        found = take(trajectory_id)
+        if found is not None:
+            return trajectory_id, found
+    raise RouterError(404, f"trajectory {' or '.join(map(repr, candidates))} not found", "trajectory_id")
 
 
 def error_response(request: Request, error: RouterError) -> JSONResponse:

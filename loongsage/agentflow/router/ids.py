@@ -8,13 +8,17 @@ ordinary ids (`step3-g2-m1`) stay readable and unchanged.
 
 Decoding takes any other character literally, so a hand-written `/trajectories/run.7` still
 finds `run.7`; only a `~` must start an escape.
+
+The admin routes (`GET` / `DELETE /trajectories/{id}`) also take an id the way people and HTTP
+clients write one, percent-encoded (`owner%2Frepo%2312`, `%2E%2E`): the server decodes it, and
+`readings` offers it as it came after the `~` reading.
 """
 
 from __future__ import annotations
 
 import re
 
-from loongsage.agentflow.router.errors import bad_request
+from loongsage.agentflow.router.errors import RouterError, bad_request
 
 _KEPT = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 _ESCAPE = re.compile(r"~([0-9A-Fa-f]{2})?")
@@ -42,3 +46,13 @@ def decode_segment(segment: str, field: str) -> str:
         return out.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise bad_request(f"{segment!r} does not decode to UTF-8 text: {exc.reason}", field) from None
+
+
+def readings(segment: str) -> list[str]:
+    """The ids an admin route's (percent-decoded) `segment` may name, in the order they are
+    looked up: `encode_segment`'s reading, when the segment is one, then the segment itself."""
+    try:
+        escaped = decode_segment(segment, "trajectory_id")
+    except RouterError:
+        return [segment]
+    return [escaped] if escaped == segment else [escaped, segment]

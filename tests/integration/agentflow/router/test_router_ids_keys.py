@@ -99,6 +99,21 @@ def test_a_trajectory_key_opens_its_own_trajectory_only(router, engine):
     engine.reset()
 
 
+@pytest.mark.parametrize("trajectory_id", ["a/b", "owner/repo#12", "..", "100%", "~tilde~7E", "a~2Fb"])
+def test_admin_routes_take_the_id_percent_encoded(router, engine, trajectory_id):
+    """As people and HTTP clients write an id: every character but unreserved ones %XX-encoded
+    (`..` too: clients drop a literal `..` segment)."""
+    engine.say("ok")
+    _ask(_agent(router, trajectory_id))
+    encoded = "".join(c if c.isalnum() or c in "-_~" else f"%{ord(c):02X}" for c in trajectory_id)
+    url = f"{router.base_url}/trajectories/{encoded}"
+    exported = http().get(url, headers=auth(router))
+    assert exported.status_code == 200 and exported.json()["id"] == trajectory_id
+    assert http().delete(url, headers=auth(router)).json() == {"id": trajectory_id, "deleted": True}
+    missing = http().get(url, headers=auth(router))
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "trajectory_id"
+
+
 def test_the_admin_key_still_opens_every_trajectory(router, engine):
     engine.say("admin")
     assert _ask(_agent(router, "any/one", key=router.router.api_key)) == "admin"
@@ -108,7 +123,8 @@ def test_malformed_segments_are_400_naming_them(router):
     url = f"{router.base_url}/bad~zz/0/v1/chat/completions"
     response = httpx.post(url, headers=auth(router), json={"model": "tiny", "messages": []})
     assert response.status_code == 400 and response.json()["error"]["param"] == "trajectory_id"
+    # An admin route reads a segment that is no ~ escape as the id itself ("~FF" may be one).
     response = http().get(f"{router.base_url}/trajectories/~FF", headers=auth(router))
-    assert response.status_code == 400 and response.json()["error"]["param"] == "trajectory_id"
+    assert response.status_code == 404 and "'~FF' not found" in response.json()["error"]["message"]
     with pytest.raises(ValueError, match="empty"):
         router.url_for("")
