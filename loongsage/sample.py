@@ -35,6 +35,10 @@ class Sample:
     # the experts position i of prompt_ids + response_ids went to (the last token was never forwarded).
     routed_experts: np.ndarray | None = None
     group_id: int = 0
+    # The share of its episode's trained tokens this sample holds: 1.0 for a sample that is a
+    # whole episode; an agent episode exported as several branches (samples) splits it among
+    # them, so that the sequence-level loss aggregations count an episode once, not per branch.
+    episode_share: float = 1.0
     finish_reason: str = ""
     prompt_text: str = ""
     response_text: str = ""

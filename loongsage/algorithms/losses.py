@@ -7,6 +7,7 @@ trained. Pure tensor code: no Ray, HTTP or config.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -45,14 +46,18 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     return torch.stack(rows)
 
 
-def masked_aggregate(values: Tensor, mask: Tensor, mode: str) -> Tensor:
+def masked_aggregate(values: Tensor, mask: Tensor, mode: str, episode_share: Tensor | None = None) -> Tensor:
     """Reduce [B, T] values over masked tokens to a scalar.
 
     token_mean:          sum of all masked values / number of masked tokens
-    seq_mean_token_mean: mean over sequences of each sequence's masked-token mean
-    seq_mean_token_sum:  mean over sequences of each sequence's masked-token sum
-    Sequences without masked tokens take no part in the sequence means. With no masked
-    token at all the result is 0 (still attached to the graph).
+    seq_mean_token_mean: mean over episodes of each episode's masked-token mean
+    seq_mean_token_sum:  mean over episodes of each episode's masked-token sum
+    An episode is one sequence, unless `episode_share` [B] says which share of its episode's
+    masked tokens each sequence holds (an agent episode exported as several branches, see
+    Sample.episode_share): then an episode counts once in the means however many sequences
+    it spans, and its token mean runs over all of their tokens. Sequences without masked
+    tokens take no part in the means. With no masked token at all the result is 0 (still
+    attached to the graph).
     """
     if mode not in AGGREGATION_MODES:
         raise ValueError(f"unknown aggregation mode {mode!r}; valid modes: {', '.join(AGGREGATION_MODES)}")
@@ -62,11 +67,28 @@ def masked_aggregate(values: Tensor, mask: Tensor, mode: str) -> Tensor:
     counts = keep.sum(dim=-1).to(values.dtype)
     if mode == "token_mean":
         return masked.sum() / counts.sum().clamp(min=1)
+    has_tokens = (counts > 0).to(values.dtype)
+    episodes = has_tokens if episode_share is None else episode_share.to(values.dtype) * has_tokens
     per_seq = masked.sum(dim=-1)
     if mode == "seq_mean_token_mean":
-        per_seq = per_seq / counts.clamp(min=1)
-    has_tokens = (counts > 0).to(values.dtype)
-    return (per_seq * has_tokens).sum() / has_tokens.sum().clamp(min=1)
+        # A sequence's token mean times its share of the episode: the episode's token mean.
+        per_seq = per_seq / counts.clamp(min=1) * episodes
+    else:
+        per_seq = per_seq * has_tokens
+    # A micro-batch may hold a fraction of an episode: the count is not clamped to 1, only kept off 0.
+    return per_seq.sum() / episodes.sum().clamp(min=torch.finfo(per_seq.dtype).tiny)
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """How one micro-batch's per-token values become its loss: `masked_aggregate` under `mode`
+    (algorithm.loss_aggregation) with the micro-batch's `episode_share`."""
+
+    mode: str = "token_mean"
+    episode_share: Tensor | None = None
+
+    def __call__(self, values: Tensor, mask: Tensor) -> Tensor:
+        return masked_aggregate(values, mask, self.mode, self.episode_share)
 
 
 def ppo_clip_loss(
@@ -76,7 +98,7 @@ def ppo_clip_loss(
     mask: Tensor,
     clip_low: float = 0.2,
     clip_high: float = 0.28,
-    aggregation: str = "token_mean",
+    aggregation: Aggregation = Aggregation(),
     is_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """PPO clipped surrogate with DAPO's clip-higher: ratio clipped to
@@ -99,7 +121,7 @@ def ppo_clip_loss(
     surrogate = torch.maximum(unclipped, clipped)
     if is_weights is not None:
         surrogate = surrogate * is_weights.detach()
-    loss = masked_aggregate(surrogate, mask, aggregation)
+    loss = aggregation(surrogate, mask)
     with torch.no_grad():
         clip_frac = masked_aggregate((clipped > unclipped).float(), mask, "token_mean")
         ratio_mean = masked_aggregate(ratio.float(), mask, "token_mean")
@@ -109,7 +131,9 @@ def ppo_clip_loss(
 class PolicyLoss(Protocol):
     """What `algorithm.policy_loss` names. The trainer calls it with these keywords, whatever
     the loss reads of them: `old_logprobs` are the proximal policy's, `advantages` [B] or
-    [B, T], `is_weights` [B, T] or None. Returns (scalar loss, metrics), and the metrics hold
+    [B, T], `is_weights` [B, T] or None, `aggregation` reduces a [B, T] tensor of per-token
+    terms to the micro-batch's loss (`aggregation(values, mask)`, algorithm.loss_aggregation over
+    episodes: Aggregation). Returns (scalar loss, metrics), and the metrics hold
     at least "clip_frac" (0.0 for a loss that clips nothing)."""
 
     def __call__(
@@ -121,7 +145,7 @@ class PolicyLoss(Protocol):
         mask: Tensor,
         clip_low: float,
         clip_high: float,
-        aggregation: str,
+        aggregation: Aggregation,
         is_weights: Tensor | None,
     ) -> tuple[Tensor, dict[str, float]]: ...
 

@@ -155,7 +155,9 @@ class AgentRolloutSource:
             sample.metadata.update(
                 item_id=item.id,
                 exit_status=result.exit_status,
-                turns=result.turns,
+                # Counted by the router, which sees every model call of a black-box program too.
+                episode_turns=sum(len(branch.turns) for branch in trajectory.branches),
+                episode_branches=len(trajectory.branches),
                 reward_info=info,
                 agent_log=result.log[-8:],
                 source=item.source,

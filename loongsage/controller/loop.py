@@ -19,8 +19,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-
 from loongsage.algorithms.advantages import get_advantage
 from loongsage.cluster.actor_placement import place_actors
 from loongsage.config import Config
@@ -30,6 +28,7 @@ from loongsage.controller.completion_rollout import CompletionRolloutSource
 from loongsage.controller.completion_sampler import CompletionSampler
 from loongsage.controller.data_stream import DataStream, Item, from_legacy_state
 from loongsage.controller.engine_failure import EngineDied
+from loongsage.controller.episodes import assign_episodes
 from loongsage.controller.interruptible import InterruptibleCalls, StepInterrupted, thread_stacks
 from loongsage.controller.metrics import rollout_metrics
 from loongsage.controller.monitor import Monitor
@@ -229,7 +228,7 @@ class Controller:
         if self.teachers is not None:
             teacher_metrics = self.calls.call(lambda: self.teachers.score(samples), stop, f"the teachers' scoring of step {step}")
         scored = time.perf_counter()
-        self._assign_advantages(samples)
+        assign_episodes(samples, get_advantage(self.cfg.algorithm.advantage), self.cfg.algorithm.normalize_std)
         self.engines.release_memory()
         metrics = self.calls.call(
             lambda: self.trainer.train_step(samples, policy_version=self.weight_version),
@@ -279,20 +278,6 @@ class Controller:
         dead = self.engines.dead_engines()
         if dead:
             raise EngineDied(dead, self.step + 1, latest_checkpoint(self.run_dir), cause) from None
-
-    def _assign_advantages(self, samples: list[Sample]) -> None:
-        """GRPO over episodes: an agent trajectory exported as several samples (branches)
-        counts once in its group's statistics, and every one of its samples gets its advantage."""
-        episodes = [s.metadata.get("trajectory_id", index) for index, s in enumerate(samples)]
-        first: dict = {}
-        for episode, sample in zip(episodes, samples):
-            first.setdefault(episode, sample)
-        rewards = torch.tensor([s.reward for s in first.values()], dtype=torch.float32)
-        groups = torch.tensor([s.group_id for s in first.values()])
-        advantages = get_advantage(self.cfg.algorithm.advantage)(rewards, groups, normalize_std=self.cfg.algorithm.normalize_std)
-        by_episode = dict(zip(first, advantages.tolist()))
-        for sample, episode in zip(samples, episodes):
-            sample.advantage = by_episode[episode]
 
     def _sync_weights(self) -> None:
         self.weight_version += 1

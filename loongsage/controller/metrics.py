@@ -44,7 +44,8 @@ def _per_source_metrics(samples: list[Sample]) -> dict[str, float]:
 
 
 def _agent_metrics(samples: list[Sample]) -> dict[str, float]:
-    """Per episode (not per sample): how agents ended and how long they went on."""
+    """Per episode (not per sample): how agents ended, how many model calls they made and into
+    how many branches the router split them."""
     episodes = {s.metadata["trajectory_id"]: s.metadata for s in samples if "exit_status" in s.metadata}
     if not episodes:
         return {}
@@ -53,5 +54,6 @@ def _agent_metrics(samples: list[Sample]) -> dict[str, float]:
         "agent/episodes": float(len(episodes)),
         "agent/submitted_frac": statuses.count("submitted") / len(statuses),
         "agent/error_frac": statuses.count("error") / len(statuses),
-        "agent/turns_mean": statistics.fmean(meta["turns"] for meta in episodes.values()),
+        "agent/turns_mean": statistics.fmean(meta["episode_turns"] for meta in episodes.values()),
+        "agent/branches_mean": statistics.fmean(meta["episode_branches"] for meta in episodes.values()),
     }

@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
+from loongsage.algorithms.losses import Aggregation
 from loongsage.sample import Sample
 
 PAD_TOKEN_ID = 0
@@ -41,6 +42,7 @@ class PackedBatch:
     rollout_logprobs: Tensor | None  # [B, C] float; None when a sample came without them
     token_versions: Tensor | None  # [B, C] long, weight version of each response token; None when a sample lacks them
     response_spans: list[tuple[int, int]]  # per sample, its response columns [start, end)
+    episode_share: Tensor  # [B] float, each sample's Sample.episode_share
     # GKD: the teacher's top-k ids and log-probs [B, C, K] and where a teacher scored [B, C]
     # (a sample without a teacher has 0 there); None when no sample of the batch has them.
     teacher_top_ids: Tensor | None = None
@@ -63,6 +65,10 @@ class PackedBatch:
     @property
     def num_sequences(self) -> int:
         return self.input_ids.shape[0]
+
+    def aggregation(self, mode: str) -> Aggregation:
+        """How this micro-batch's per-token values become its loss under `mode`."""
+        return Aggregation(mode, self.episode_share)
 
     def to(self, device) -> PackedBatch:
         """The same batch with its tensors on `device` (a no-op where they already are)."""
@@ -124,6 +130,7 @@ def pack_samples(samples: list[Sample], width: int | None = None) -> PackedBatch
         rollout_logprobs=rollout_logprobs if has_rollout_logprobs else None,
         token_versions=token_versions if has_versions else None,
         response_spans=spans,
+        episode_share=torch.tensor([sample.episode_share for sample in samples], dtype=torch.float32),
     )
 
 

@@ -46,7 +46,7 @@ def micro_objective(
     pi_prox / pi_behav for the staleness of the weights that sampled it.
     `policy_versions` = (proximal, current) weight versions, read by proximal=interpolate.
     """
-    mask, mode = batch.loss_mask, algo.loss_aggregation
+    mask, aggregate = batch.loss_mask, batch.aggregation(algo.loss_aggregation)
     logprobs = scores.logprobs(batch.targets)
     proximal = _proximal(logprobs.detach(), batch, old_logprobs, algo.proximal, policy_versions)
     is_weights, is_stats = None, {}
@@ -61,20 +61,20 @@ def micro_objective(
         mask=mask,
         clip_low=algo.clip_low,
         clip_high=algo.clip_high,
-        aggregation=mode,
+        aggregation=aggregate,
         is_weights=is_weights,
     )
     loss = pg_loss
     kl = torch.zeros(())
     if ref_logprobs is not None:
-        kl = masked_aggregate(kl_estimate(logprobs, ref_logprobs, algo.kl_kind), mask, mode)
+        kl = aggregate(kl_estimate(logprobs, ref_logprobs, algo.kl_kind), mask)
         loss = loss + algo.kl_coef * kl
     distill = torch.zeros(())
     if batch.teacher_top_ids is not None:
-        distill = masked_aggregate(_gkd_divergence(scores, batch, algo), mask * batch.teacher_mask, mode)
+        distill = aggregate(_gkd_divergence(scores, batch, algo), mask * batch.teacher_mask)
         loss = loss + algo.opd.coef * distill
     with torch.set_grad_enabled(algo.entropy_coef > 0 and torch.is_grad_enabled()):
-        entropy = masked_aggregate(scores.entropy(), mask, mode)
+        entropy = aggregate(scores.entropy(), mask)
     if algo.entropy_coef > 0:
         loss = loss - algo.entropy_coef * entropy
     return MicroObjective(

@@ -8,7 +8,7 @@ import inspect
 import pytest
 import torch
 
-from loongsage.algorithms.losses import POLICY_LOSSES, PolicyLoss
+from loongsage.algorithms.losses import POLICY_LOSSES, Aggregation, PolicyLoss
 from tests.plugin_contracts.call_shapes import ANY, accepts
 
 KEYWORDS = [name for name in inspect.signature(PolicyLoss.__call__).parameters if name != "self"]
@@ -34,7 +34,7 @@ def test_loss_returns_a_differentiable_scalar_and_clip_frac(name, is_weights):
         mask=torch.tensor([[1, 1, 0], [1, 1, 1]]),
         clip_low=0.2,
         clip_high=0.28,
-        aggregation="token_mean",
+        aggregation=Aggregation(),
         is_weights=is_weights,
     )
     assert loss.shape == () and torch.isfinite(loss)

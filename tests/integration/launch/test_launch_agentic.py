@@ -45,6 +45,8 @@ def test_agentic_recipe_runs_episodes_and_trains_on_them(recipe, agent_overrides
     logged = scalars(tmp_path)
     assert logged["agent/episodes"] == {1: 2.0}
     assert logged["agent/error_frac"] == {1: 0.0}
+    # Counted by the router, for a black-box program as for the framework's own agent loop.
+    assert logged["agent/turns_mean"][1] >= 1.0 and logged["agent/branches_mean"][1] >= 1.0
     assert all(n >= 2 for n in logged["rollout/samples"].values())
     assert logged["rollout/reward_mean"] == {1: 0.0}
     assert logged["rollout/reward_errors"] == {1: 0.0}  # graded, not failed

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from loongsage.algorithms.losses import (
+    Aggregation,
     entropy_from_logits,
     kl_estimate,
     masked_aggregate,
@@ -129,7 +130,7 @@ def test_ppo_masking_and_per_token_advantages():
     logprobs, old, _, _ = _ppo_inputs()
     adv = torch.tensor([[1.0, 1.0, 1.0, 1.0], [-1.0, -1.0, -1.0, -1.0]])
     mask = torch.tensor([[1, 1, 0, 0], [0, 0, 1, 0]])
-    loss, stats = ppo_clip_loss(logprobs, old, adv, mask, aggregation="seq_mean_token_sum")
+    loss, stats = ppo_clip_loss(logprobs, old, adv, mask, aggregation=Aggregation("seq_mean_token_sum"))
     # row 1 keeps -1.25, -1.28 -> sum -2.53; row 2 keeps 0.8 -> mean over rows (-2.53 + 0.8) / 2
     assert loss.item() == pytest.approx(-0.865, abs=1e-6)
     assert stats["clip_frac"] == pytest.approx(2 / 3)  # 1.5 (row 1) and 0.7 (row 2) of 3 tokens

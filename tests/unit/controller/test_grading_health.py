@@ -36,7 +36,13 @@ def episode(name: str, info: dict, branches: int = 1) -> list[Sample]:
             prompt_ids=[1],
             response_ids=[2, 3],
             label=info["instance_id"],
-            metadata={"trajectory_id": name, "reward_info": info, "exit_status": "submitted", "turns": 1},
+            metadata={
+                "trajectory_id": name,
+                "reward_info": info,
+                "exit_status": "submitted",
+                "episode_turns": 1,
+                "episode_branches": branches,
+            },
         )
         mark_grading_error(sample, info)
         samples.append(sample)

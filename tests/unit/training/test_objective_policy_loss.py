@@ -33,6 +33,7 @@ def batch() -> PackedBatch:
         rollout_logprobs=None,
         token_versions=None,
         response_spans=[(1, 3), (1, 2)],
+        episode_share=torch.ones(2),
     )
 
 
@@ -53,7 +54,8 @@ def test_a_policy_loss_by_import_path_is_called_with_the_shared_keywords():
     (call,) = CALLS
     assert set(call) == {"logprobs", "old_logprobs", "advantages", "mask", "clip_low", "clip_high", "aggregation", "is_weights"}
     assert call["old_logprobs"] is old and call["advantages"] is packed.advantages
-    assert (call["clip_low"], call["clip_high"], call["aggregation"], call["is_weights"]) == (0.1, 0.3, "token_mean", None)
+    assert (call["clip_low"], call["clip_high"], call["is_weights"]) == (0.1, 0.3, None)
+    assert call["aggregation"].mode == "token_mean" and call["aggregation"].episode_share is packed.episode_share
     logprobs = token_logprobs(logits, packed.targets)
     assert torch.isclose(torch.tensor(objective.pg_loss), -(logprobs * packed.loss_mask).sum() / 3)
     assert objective.clip_frac == 0.25
