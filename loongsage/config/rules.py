@@ -48,6 +48,7 @@ CHOICES = {
     "cluster.container.runtime": RUNTIMES,
     "run.placement": PLACEMENTS,
     "agent.export": OwnedChoices("loongsage.agentflow.router.export:MODES"),
+    "router.hosted_tools": OwnedChoices("loongsage.agentflow.router.hosted_tools:POLICIES"),
 }
 
 
@@ -209,6 +210,12 @@ def _unread_setting_problems(cfg: Config) -> list[str]:
         problems.append(
             f"roles.rollout.ep={cfg.roles.rollout.ep}: the embedded engine runs every expert in one process; "
             f"expert parallelism is rollout.engine=sglang's (--ep-size): leave roles.rollout.ep at 1"
+        )
+    changed_router = _changed_settings(cfg.router, "router")
+    if changed_router and not cfg.agent.name:
+        problems.append(
+            f"{', '.join(changed_router)} is read by the AgentFlow router, which runs only for agent episodes: "
+            f"set agent.name, or leave router.* at the defaults"
         )
     workers = cfg.data.num_reward_workers
     if cfg.agent.name and workers != DataConfig.num_reward_workers:

@@ -260,6 +260,18 @@ class AgentConfig:
 
 
 @dataclass
+class RouterSettings:
+    """How the AgentFlow router answers what agent programs send (docs/agent_fields.md)."""
+
+    # Hosted tools a program sends (OpenAI's web_search, file_search, ...; Anthropic's server
+    # tools): drop (left out of the prompt, counted as agent/hosted_tools_dropped) | refuse (400).
+    hosted_tools: str = "drop"
+    # More model names that reach the served model, for programs that pick a model by name for
+    # side calls (a small, fast one); the served name is model.name.
+    model_aliases: list[str] = field(default_factory=list)
+
+
+@dataclass
 class WarmStartConfig:
     # Supervised steps on demonstrations before RL: the data source's items carry a
     # "demonstration" (tool calls, e.g. a SWE task's gold patch as str_replace + submit) that the
@@ -395,6 +407,7 @@ class Config:
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     data: DataConfig = field(default_factory=DataConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    router: RouterSettings = field(default_factory=RouterSettings)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     teachers: TeachersConfig = field(default_factory=TeachersConfig)
     pipeline: PipelineConfig = field(default_factory=PipelineConfig)

@@ -55,6 +55,8 @@ class AgentRolloutSource:
                 model=model_path,
                 engine_urls=tuple(engines.urls),
                 served_model_names=(cfg.model.name,),
+                model_aliases=tuple(cfg.router.model_aliases),
+                hosted_tools=cfg.router.hosted_tools,
                 chat_format=cfg.agent.chat_format,
                 max_context=cfg.rollout.max_context,
                 request_timeout_s=cfg.rollout.request_timeout_s,
@@ -158,6 +160,7 @@ class AgentRolloutSource:
                 # Counted by the router, which sees every model call of a black-box program too.
                 episode_turns=sum(len(branch.turns) for branch in trajectory.branches),
                 episode_branches=len(trajectory.branches),
+                hosted_tools_dropped=dict(trajectory.dropped_tools),
                 reward_info=info,
                 agent_log=result.log[-8:],
                 source=item.source,

@@ -56,4 +56,8 @@ def _agent_metrics(samples: list[Sample]) -> dict[str, float]:
         "agent/error_frac": statuses.count("error") / len(statuses),
         "agent/turns_mean": statistics.fmean(meta["episode_turns"] for meta in episodes.values()),
         "agent/branches_mean": statistics.fmean(meta["episode_branches"] for meta in episodes.values()),
+        # Hosted tools (web_search, ...) the programs sent and the router left out (router.hosted_tools).
+        "agent/hosted_tools_dropped": float(
+            sum(sum(meta.get("hosted_tools_dropped", {}).values()) for meta in episodes.values())
+        ),
     }

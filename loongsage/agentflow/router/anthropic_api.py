@@ -5,7 +5,8 @@ or text, tool_use and tool_result blocks; `tools` with `input_schema`; `tool_cho
 (type "none" turns tool parsing off; "any"/"tool" cannot be enforced); `max_tokens`
 (required, as in Anthropic's API), `temperature`, `top_p`, `top_k`, `stop_sequences`,
 `stream`. Unset temperature, top_p or top_k: the run's value (RouterConfig.sampling). Image,
-document and thinking blocks and server tools are refused with 400.
+document and thinking blocks are refused with 400; server tools per router.hosted_tools
+(hosted_tools.py).
 
 Streaming: all events (message_start, content_block_start/delta/stop per block,
 message_delta, message_stop) are sent once generation has finished, since the engines
@@ -20,13 +21,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from loongsage.agentflow.router.errors import RouterError, bad_request
+from loongsage.agentflow.router.hosted_tools import hosted_tool
 from loongsage.agentflow.router.messages import ChatRequest, Message, Sampling, ToolCall, TurnResult
 from loongsage.agentflow.router.validation import INT32_MAX, check_model, expect, get, in_range, join, json_object_body
 
 STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn"}
 
 
-def parse_messages_request(body: Any, model_names: tuple[str, ...]) -> tuple[str, ChatRequest]:
+def parse_messages_request(body: Any, model_names: tuple[str, ...], hosted_tools: str = "drop") -> tuple[str, ChatRequest]:
+    """`hosted_tools`: what becomes of server and Anthropic-defined tools: router.hosted_tools."""
     body = json_object_body(body)
     model = check_model(body, model_names)
     messages: list[Message] = []
@@ -38,7 +41,12 @@ def parse_messages_request(body: Any, model_names: tuple[str, ...]) -> tuple[str
         raise bad_request("messages must not be empty", "messages")
     for i, raw in enumerate(raw_messages):
         messages.extend(_messages(raw, join("messages", i)))
-    tools = [_tool(t, join("tools", i)) for i, t in enumerate(get(body, "tools", list) or [])]
+    dropped: list[str] = []
+    tools = [
+        spec
+        for i, raw in enumerate(get(body, "tools", list) or [])
+        for spec in _tool(raw, join("tools", i), hosted_tools, dropped)
+    ]
     tool_choice = get(body, "tool_choice", dict) or {}
     stop = get(body, "stop_sequences", list) or []
     for i, s in enumerate(stop):
@@ -57,6 +65,7 @@ def parse_messages_request(body: Any, model_names: tuple[str, ...]) -> tuple[str
         parse_tool_calls=tool_choice.get("type") != "none",
         sampling=sampling,
         stream=bool(get(body, "stream", bool)),
+        dropped_tools=tuple(dropped),
     )
     return model, request
 
@@ -129,16 +138,20 @@ def _tool_result_text(block: dict, path: str) -> str:
     return ("Error: " + text) if block.get("is_error") is True else text
 
 
-def _tool(raw: Any, path: str) -> dict:
+def _tool(raw: Any, path: str, hosted_tools: str, dropped: list[str]) -> list[dict]:
+    """The function specs a tool gives the model: a custom tool's own; none for a server tool or
+    an Anthropic-defined one (`web_search_20250305`, `bash_20250124`, ...: hosted_tools.py)."""
     raw = expect(raw, dict, path)
-    if get(raw, "type", str, path) not in (None, "custom"):
-        raise bad_request(f"server tool {raw['type']!r} is not supported (custom tools only)", join(path, "type"))
+    kind = get(raw, "type", str, path)
+    if kind not in (None, "custom"):
+        hosted_tool(kind, path, hosted_tools, dropped)
+        return []
     spec = {"name": get(raw, "name", str, path, required=True)}
     description = get(raw, "description", str, path)
     if description is not None:
         spec["description"] = description
     spec["parameters"] = get(raw, "input_schema", dict, path, required=True)
-    return spec
+    return [spec]
 
 
 # ---- responses ---------------------------------------------------------------------------

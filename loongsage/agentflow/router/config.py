@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from loongsage.agentflow.router.hosted_tools import POLICIES
 from loongsage.sampling import SamplingDefaults
 
 DEFAULT_MAX_BODY_BYTES = 16 * 2**20
@@ -14,6 +15,11 @@ class RouterConfig:
     model: str  # registry name or HF directory: its tokenizer and chat template are used
     engine_urls: tuple[str, ...]  # SGLang-protocol engines serving that model
     served_model_names: tuple[str, ...] = ()  # what requests may name as `model`; default (model,)
+    # More names that reach the served model (router.model_aliases): a program that picks a model
+    # by name for side calls (a small, fast one) gets the served model under the name it asked for.
+    model_aliases: tuple[str, ...] = ()
+    # What becomes of hosted tools a request sends (web_search, ...): drop | refuse (hosted_tools.py).
+    hosted_tools: str = "drop"
     api_key: str | None = None  # None: a fresh key per run (secrets.token_urlsafe)
     host: str = "127.0.0.1"  # agents run on this machine; expose wider only on purpose
     port: int = 0  # 0: any free port
@@ -34,9 +40,12 @@ class RouterConfig:
             raise ValueError("router engine_urls must be a list of URLs, not one string")
         if self.max_body_bytes <= 0:
             raise ValueError(f"router max_body_bytes={self.max_body_bytes} must be > 0")
+        if self.hosted_tools not in POLICIES:
+            raise ValueError(f"router hosted_tools={self.hosted_tools!r} is not one of {', '.join(POLICIES)}")
         if self.max_resumes < 0:
             raise ValueError(f"router max_resumes={self.max_resumes} must be >= 0")
 
     @property
     def model_names(self) -> tuple[str, ...]:
-        return tuple(self.served_model_names) or (self.model,)
+        """Every name a request may ask for: the served names, then the aliases."""
+        return (*(tuple(self.served_model_names) or (self.model,)), *self.model_aliases)

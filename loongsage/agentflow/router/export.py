@@ -120,6 +120,7 @@ def trajectory_json(trajectory: Trajectory) -> dict:
         "id": trajectory.id,
         "attempts": trajectory.attempts(),
         "branches": [_branch_json(trajectory.id, b) for b in trajectory.branches],
+        "dropped_tools": dict(trajectory.dropped_tools),
     }
 
 

@@ -64,6 +64,7 @@ class ChatRequest:
     top_logprobs: int = 0  # with logprobs: the k most likely tokens at each position too
     n: int = 1  # sampled replies to this one prompt (Router.complete_choices)
     prompt_text: str | None = None  # a legacy completion's prompt: the text itself, no chat template
+    dropped_tools: tuple[str, ...] = ()  # the types of the hosted tools left out (router.hosted_tools=drop)
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ async def completions(request: Request, trajectory_id: str | None, attempt: str)
 
 async def responses(request: Request, trajectory_id: str | None, attempt: str):
     router = _router(request)
-    model, call = responses_api.parse_responses_request(await _json_body(request), router.model_names)
+    model, call = responses_api.parse_responses_request(await _json_body(request), router.model_names, router.cfg.hosted_tools)
     threaded = router.responses.thread(trajectory_id, call)
     result = await router.complete(trajectory_id, attempt, threaded.chat)
     response_id = router.responses.keep(threaded, result)
@@ -74,7 +74,7 @@ async def responses(request: Request, trajectory_id: str | None, attempt: str):
 
 async def messages(request: Request, trajectory_id: str | None, attempt: str):
     router = _router(request)
-    model, chat = anthropic_api.parse_messages_request(await _json_body(request), router.model_names)
+    model, chat = anthropic_api.parse_messages_request(await _json_body(request), router.model_names, router.cfg.hosted_tools)
     result = await router.complete(trajectory_id, attempt, chat)
     return reply(
         trajectory_id,
@@ -90,7 +90,7 @@ async def count_tokens(request: Request, trajectory_id: str | None, attempt: str
     body = await _json_body(request)
     # max_tokens is required by /messages, not by count_tokens
     counted = {**body, "max_tokens": 1} if isinstance(body, dict) else body
-    _, chat = anthropic_api.parse_messages_request(counted, router.model_names)
+    _, chat = anthropic_api.parse_messages_request(counted, router.model_names, router.cfg.hosted_tools)
     return {"input_tokens": router.count_prompt_tokens(trajectory_id, attempt, chat)}
 
 

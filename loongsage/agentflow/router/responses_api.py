@@ -14,8 +14,9 @@ Sampling: `max_output_tokens`, `temperature`, `top_p`, and the extensions `top_k
 `ignore_eos` (as chat completions take them); unset, the run's values apply
 (RouterConfig.sampling). Logprobs of the output text when `include` holds
 "message.output_text.logprobs" or `top_logprobs` > 0, with that many alternatives per token.
-Refused with 400, because the router cannot do what they ask: tool types other than function, a
-`text.format` other than text, `background`, `conversation`. Fields that do not change what is
+Hosted tools (web_search, file_search, ...) per router.hosted_tools (hosted_tools.py). Refused
+with 400, because the router cannot do what they ask: a `text.format` other than text,
+`background`, `conversation`. Fields that do not change what is
 sampled (store, metadata, the rest of include, reasoning, parallel_tool_calls, truncation, user,
 ...) are accepted and ignored.
 
@@ -34,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from loongsage.agentflow.router.errors import bad_request
+from loongsage.agentflow.router.hosted_tools import hosted_tool
 from loongsage.agentflow.router.messages import ChatRequest, Message, Sampling, ToolCall, TurnResult
 from loongsage.agentflow.router.openai_api import (
     MAX_TOP_LOGPROBS,
@@ -74,7 +76,8 @@ class ResponsesCall:
     echo: dict  # tools, tool_choice, temperature, top_p, max_output_tokens, ... as sent
 
 
-def parse_responses_request(body: Any, model_names: tuple[str, ...]) -> tuple[str, ResponsesCall]:
+def parse_responses_request(body: Any, model_names: tuple[str, ...], hosted_tools: str = "drop") -> tuple[str, ResponsesCall]:
+    """`hosted_tools`: what becomes of hosted tools (web_search, ...): router.hosted_tools."""
     body = json_object_body(body)
     model = check_model(body, model_names)
     _refuse_unsupported(body)
@@ -83,7 +86,12 @@ def parse_responses_request(body: Any, model_names: tuple[str, ...]) -> tuple[st
     if raw_input is None:
         raise bad_request("input is required", "input")
     items = [Message("user", raw_input)] if isinstance(raw_input, str) else _items(expect(raw_input, list, "input"))
-    tools = [_tool(t, join("tools", i)) for i, t in enumerate(get(body, "tools", list) or [])]
+    dropped: list[str] = []
+    tools = [
+        spec
+        for i, raw in enumerate(get(body, "tools", list) or [])
+        for spec in _tool(raw, join("tools", i), hosted_tools, dropped)
+    ]
     tool_choice = body.get("tool_choice")
     top_logprobs = in_range(get(body, "top_logprobs", int), 0, MAX_TOP_LOGPROBS, "top_logprobs") or 0
     included = get(body, "include", list) or []
@@ -102,6 +110,7 @@ def parse_responses_request(body: Any, model_names: tuple[str, ...]) -> tuple[st
         stream=bool(get(body, "stream", bool)),
         logprobs=TEXT_LOGPROBS in included or top_logprobs > 0,
         top_logprobs=top_logprobs,
+        dropped_tools=tuple(dropped),
     )
     echo = {
         "tools": get(body, "tools", list) or [],
@@ -186,11 +195,18 @@ def _arguments(value: Any, path: str) -> str:
     return expect(value, str, path)
 
 
-def _tool(raw: Any, path: str) -> dict:
+def _tool(raw: Any, path: str, hosted_tools: str, dropped: list[str]) -> list[dict]:
+    """The function specs a tool of the request gives the model: its own; none for a hosted tool
+    (hosted_tools.py)."""
     raw = expect(raw, dict, path)
     kind = get(raw, "type", str, path, required=True)
     if kind != "function":
-        raise bad_request(f"tool type {kind!r} is not supported (function tools only)", join(path, "type"))
+        hosted_tool(kind, path, hosted_tools, dropped)
+        return []
+    return [_function(raw, path)]
+
+
+def _function(raw: dict, path: str) -> dict:
     spec = {"name": get(raw, "name", str, path, required=True)}
     description = get(raw, "description", str, path)
     if description is not None:

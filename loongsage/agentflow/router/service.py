@@ -82,6 +82,7 @@ class Router:
             # Registered only once a turn exists, so a refused first request leaves no trace.
             trajectory = self.store.setdefault(trajectory_id, trajectory)
         branch = trajectory.record(plan, attempt, turn)
+        trajectory.dropped_tools.update(request.dropped_tools)
         return TurnResult(
             content=turn.message.content,
             tool_calls=list(turn.message.tool_calls),

@@ -17,6 +17,7 @@ Pure bookkeeping: no HTTP, no engine, no tokenizer (a `tokenize` callable is pas
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -85,6 +86,8 @@ class Trajectory:
         self.id = trajectory_id
         self.branches: list[Branch] = []
         self._sampled_replies: dict[tuple, list[str]] = {}
+        # Hosted tools its requests sent and the router left out, by type (router.hosted_tools=drop).
+        self.dropped_tools: Counter[str] = Counter()
 
     def substitute_replies(self, messages: list[Message]) -> list[Message]:
         """Each assistant message this trajectory returned, replaced by the text the model sampled.

@@ -40,11 +40,13 @@ def test_agent_turns_and_branches_are_counted_per_episode():
     samples = as_branches()
     for s in samples:
         turns, branches = (5, 3) if s.metadata["trajectory_id"] == "a" else (1, 1)
-        s.metadata.update(exit_status="submitted", episode_turns=turns, episode_branches=branches)
+        dropped = {"web_search": 2} if s.metadata["trajectory_id"] == "a" else {}
+        s.metadata.update(exit_status="submitted", episode_turns=turns, episode_branches=branches, hosted_tools_dropped=dropped)
     metrics = rollout_metrics(samples)
     assert metrics["agent/episodes"] == 3.0
     assert metrics["agent/turns_mean"] == pytest.approx(7 / 3)  # (5 + 1 + 1) / 3, not weighted by branches
     assert metrics["agent/branches_mean"] == pytest.approx(5 / 3)
+    assert metrics["agent/hosted_tools_dropped"] == 2.0  # per episode, not per branch
 
 
 @pytest.fixture

@@ -42,6 +42,7 @@ def episode(name: str, info: dict, branches: int = 1) -> list[Sample]:
                 "exit_status": "submitted",
                 "episode_turns": 1,
                 "episode_branches": branches,
+                "hosted_tools_dropped": {},
             },
         )
         mark_grading_error(sample, info)

@@ -123,7 +123,6 @@ def test_a_reply_cut_at_max_output_tokens_is_incomplete(router, engine, tokenize
 @pytest.mark.parametrize(
     ("fields", "param", "message"),
     [
-        ({"tools": [{"type": "web_search"}]}, "tools[0].type", "tool type 'web_search' is not supported"),
         ({"text": {"format": {"type": "json_schema"}}}, "text.format.type", "cannot constrain decoding"),
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type", "input item type 'item_reference'"),
         ({"input": [{"role": "robot", "content": "hi"}]}, "input[0].role", "unknown role 'robot'"),
