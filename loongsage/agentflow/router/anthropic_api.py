@@ -90,13 +90,21 @@ def _text_blocks(blocks: list, path: str) -> str:
 
 def _messages(raw: Any, path: str) -> list[Message]:
     """One Anthropic message as router messages: a user message's tool_result blocks become
-    `tool` messages, ahead of its text."""
+    `tool` messages, ahead of its text. A `system` message (Claude Code puts some inside
+    `messages`; Anthropic's API does not define them there) is kept as one, text only: the chat
+    format renders it in place or folds it into the next user turn (chat_format.py)."""
     raw = expect(raw, dict, path)
     role = get(raw, "role", str, path, required=True)
-    if role not in ("user", "assistant"):
-        raise bad_request(f"unknown role {role!r} (expected 'user' or 'assistant')", join(path, "role"))
+    if role not in ("user", "assistant", "system"):
+        raise bad_request(f"unknown role {role!r} (expected 'user', 'assistant' or 'system')", join(path, "role"))
     content = raw.get("content")
     content_path = join(path, "content")
+    if role == "system":
+        return [
+            Message(
+                "system", content if isinstance(content, str) else _text_blocks(expect(content, list, content_path), content_path)
+            )
+        ]
     if isinstance(content, str):
         return [Message(role, content)]
     blocks = expect(content, list, content_path)

@@ -11,6 +11,11 @@ message and carries calls and results in Hermes/Qwen markup:
 
 A template that reads `tools` itself (Qwen2.5, Hermes models) is given the tools, the
 `tool_calls` and the `tool` messages unchanged.
+
+A system message after the first message (Claude Code sends them inside `messages`) is rendered
+in place where the template renders a system turn there (ChatML templates, SmolLM2's, Qwen's);
+where it does not (it raises, as many templates do, or drops it), its text is folded into the
+next user message, ahead of that message's own text.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol
 
 from loongsage.agentflow.router.errors import bad_request
@@ -58,9 +64,12 @@ class HermesFormat:
             raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template")
         self.tokenizer = tokenizer
         self.native_tools = re.search(r"\btools\b", template) is not None
+        self.system_anywhere = _renders_system_anywhere(tokenizer)
         self.new_id = new_id
 
     def render(self, messages: list[Message], tools: list[dict]) -> str:
+        if not self.system_anywhere:
+            messages = fold_late_system_messages(messages)
         if self.native_tools:
             chat, template_tools = [_native_message(m) for m in messages], tools or None
         else:
@@ -107,6 +116,37 @@ class HermesFormat:
         if not isinstance(arguments, dict):
             return None
         return ToolCall(self.new_id(), call["name"], json.dumps(arguments, ensure_ascii=False))
+
+
+SYSTEM_PROBE = "loongsage-system-probe"
+
+
+def _renders_system_anywhere(tokenizer) -> bool:
+    """Whether the chat template renders a system message that is not the first message, in place."""
+    probe = [{"role": "user", "content": "a"}, {"role": "system", "content": SYSTEM_PROBE}, {"role": "user", "content": "b"}]
+    try:
+        text = tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=True)
+    except Exception:  # the template refuses it (raise_exception), or cannot render the probe at all
+        return False
+    return SYSTEM_PROBE in text
+
+
+def fold_late_system_messages(messages: list[Message]) -> list[Message]:
+    """Each system message after the first message, folded into the next user message (its text
+    first); one with no user message after it becomes one."""
+    folded: list[Message] = []
+    pending: list[str] = []
+    for index, message in enumerate(messages):
+        if message.role == "system" and index > 0:
+            pending.append(message.content)
+            continue
+        if pending and message.role == "user":
+            message = replace(message, content="\n\n".join([*pending, message.content]))
+            pending = []
+        folded.append(message)
+    if pending:
+        folded.append(Message("user", "\n\n".join(pending)))
+    return folded
 
 
 def _native_message(message: Message) -> dict:

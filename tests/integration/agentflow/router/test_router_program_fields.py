@@ -86,3 +86,17 @@ def test_an_alias_reaches_the_served_model_under_the_name_asked_for(router, engi
         claude(router, "alias-unknown").messages.create(
             model="claude-opus-9", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
         )
+
+
+def test_a_system_message_inside_messages_is_rendered_where_the_template_allows(router, engine, tokenizer):
+    """Claude Code, with a model name outside its own list, puts reminders in `role: system`
+    messages inside `messages`; SmolLM2's template renders a system turn anywhere."""
+    engine.say("ok")
+    messages = [
+        {"role": "user", "content": "Fix the bug."},
+        {"role": "system", "content": [{"type": "text", "text": "Reminder: run the tests."}]},
+        {"role": "user", "content": "Go."},
+    ]
+    reply = claude(router, "late-system").messages.create(model="tiny", max_tokens=8, system="Be brief.", messages=messages)
+    assert reply.content[0].text == "ok"
+    assert "<|im_start|>system\nReminder: run the tests.<|im_end|>\n<|im_start|>user\nGo." in prompt_text(engine, tokenizer)

@@ -185,3 +185,40 @@ def test_formats_by_name_or_import_path(tokenizer):
     assert isinstance(get_chat_format("loongsage.agentflow.router.chat_format:HermesFormat", tokenizer), HermesFormat)
     with pytest.raises(ValueError, match="unknown chat format 'qwen9'.*hermes"):
         get_chat_format("qwen9", tokenizer)
+
+
+# A template that, like many, allows a system message only first.
+SYSTEM_FIRST_TEMPLATE = (
+    "{% for m in messages %}{% if m.role == 'system' and not loop.first %}"
+    "{{ raise_exception('System message must be at the beginning.') }}{% endif %}"
+    "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_a_late_system_message_is_rendered_in_place_where_the_template_allows(hermes):
+    assert hermes.system_anywhere  # SmolLM2's ChatML
+    messages = [Message("system", "Be brief."), Message("user", "Hi"), Message("system", "Reminder: tests."), Message("user", "Go")]
+    rendered = hermes.render(messages, [])
+    assert "<|im_start|>user\nHi<|im_end|>\n<|im_start|>system\nReminder: tests.<|im_end|>\n<|im_start|>user\nGo" in rendered
+
+
+def test_a_late_system_message_is_folded_into_the_next_user_turn_elsewhere(tiny_model_path):
+    tokenizer = load_tokenizer(tiny_model_path)
+    tokenizer.chat_template = SYSTEM_FIRST_TEMPLATE
+    strict = HermesFormat(tokenizer)
+    assert not strict.system_anywhere
+    messages = [
+        Message("system", "Be brief."),
+        Message("user", "Hi"),
+        Message("assistant", "Hello"),
+        Message("system", "Reminder: tests."),
+        Message("system", "Mode: plan."),
+        Message("user", "Go"),
+        Message("system", "Last word."),
+    ]
+    rendered = strict.render(messages, [])
+    assert rendered.startswith("<|im_start|>system\nBe brief.<|im_end|>")  # the first stays a system turn
+    assert "<|im_start|>user\nReminder: tests.\n\nMode: plan.\n\nGo<|im_end|>" in rendered
+    assert rendered.endswith("<|im_start|>user\nLast word.<|im_end|>\n<|im_start|>assistant\n")
+    assert rendered.count("<|im_start|>system") == 1

@@ -209,7 +209,7 @@ def test_anthropic_request_converts_system_tool_use_and_tool_results():
     "body, param",
     [
         ({"model": "tiny", "messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
-        ({"model": "tiny", "max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}, "messages[0].role"),
+        ({"model": "tiny", "max_tokens": 5, "messages": [{"role": "developer", "content": "x"}]}, "messages[0].role"),
         (
             {"model": "tiny", "max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image"}]}]},
             "messages[0].content[0].type",
