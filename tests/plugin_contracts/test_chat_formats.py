@@ -1,5 +1,5 @@
 """Every chat format is constructed by get_chat_format with the tokenizer alone, and the
-router calls `render(messages, tools)` and `parse_assistant(text)` on it."""
+router calls `render(messages, tools, thinking)` and `parse_assistant(text)` on it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from loongsage.agentflow.router.messages import Message
 from loongsage.models import load_tokenizer
 from tests.plugin_contracts.call_shapes import ANY, accepts, method_problems
 
-ROUTER_CALLS = {"render": (ANY, ANY), "parse_assistant": (ANY,)}
+ROUTER_CALLS = {"render": (ANY, ANY, ANY), "parse_assistant": (ANY,)}
 
 
 @pytest.mark.parametrize("name", sorted(CHAT_FORMATS))

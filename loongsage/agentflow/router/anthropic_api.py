@@ -5,8 +5,10 @@ or text, tool_use and tool_result blocks; `tools` with `input_schema`; `tool_cho
 (type "none" turns tool parsing off; "any"/"tool" cannot be enforced); `max_tokens`
 (required, as in Anthropic's API), `temperature`, `top_p`, `top_k`, `stop_sequences`,
 `stream`. Unset temperature, top_p or top_k: the run's value (RouterConfig.sampling). Image,
-document and thinking blocks are refused with 400; server tools per router.hosted_tools
-(hosted_tools.py).
+document blocks are refused with 400; server tools per router.hosted_tools (hosted_tools.py).
+`thinking` turns the model's thinking switch on or off (chat_format.py); the reply's thinking
+comes back as a `thinking` block, and thinking blocks sent back are skipped (the router restores
+its own replies from the trajectory). A `system` message inside `messages` is kept (see _messages).
 
 Streaming: all events (message_start, content_block_start/delta/stop per block,
 message_delta, message_stop) are sent once generation has finished, since the engines
@@ -26,6 +28,10 @@ from loongsage.agentflow.router.messages import ChatRequest, Message, Sampling, 
 from loongsage.agentflow.router.validation import INT32_MAX, check_model, expect, get, in_range, join, json_object_body
 
 STOP_REASONS = {"tool_calls": "tool_use", "length": "max_tokens", "stop": "end_turn"}
+THINKING_TYPES = {"enabled": True, "adaptive": True, "disabled": False}
+# Blocks of an assistant message sent back that the router does not read: its own replies are
+# restored token for token from the trajectory (Trajectory.substitute_replies), thinking included.
+SKIPPED_ASSISTANT_BLOCKS = ("thinking", "redacted_thinking")
 
 
 def parse_messages_request(body: Any, model_names: tuple[str, ...], hosted_tools: str = "drop") -> tuple[str, ChatRequest]:
@@ -66,8 +72,22 @@ def parse_messages_request(body: Any, model_names: tuple[str, ...], hosted_tools
         sampling=sampling,
         stream=bool(get(body, "stream", bool)),
         dropped_tools=tuple(dropped),
+        thinking=_thinking(body),
     )
     return model, request
+
+
+def _thinking(body: dict) -> bool | None:
+    """`thinking` as the model's switch: enabled or adaptive turn it on, disabled off. Its
+    budget_tokens is not enforced apart from max_tokens (the engines sample thinking and answer
+    as one reply)."""
+    thinking = get(body, "thinking", dict)
+    if thinking is None:
+        return None
+    kind = get(thinking, "type", str, "thinking", required=True)
+    if kind not in THINKING_TYPES:
+        raise bad_request(f"thinking.type {kind!r} is not one of {', '.join(THINKING_TYPES)}", "thinking.type")
+    return THINKING_TYPES[kind]
 
 
 def _system(value: Any) -> str | None:
@@ -117,6 +137,8 @@ def _messages(raw: Any, path: str) -> list[Message]:
         kind = get(block, "type", str, block_path, required=True)
         if kind == "text":
             texts.append(get(block, "text", str, block_path, required=True))
+        elif kind in SKIPPED_ASSISTANT_BLOCKS and role == "assistant":
+            continue
         elif kind == "tool_use" and role == "assistant":
             arguments = get(block, "input", dict, block_path) or {}
             calls.append(
@@ -189,6 +211,9 @@ def message_stream(result: TurnResult, model: str) -> Iterator[str]:
     for index, block in enumerate(whole["content"]):
         if block["type"] == "text":
             opening, delta = {"type": "text", "text": ""}, {"type": "text_delta", "text": block["text"]}
+        elif block["type"] == "thinking":
+            opening = {"type": "thinking", "thinking": "", "signature": ""}
+            delta = {"type": "thinking_delta", "thinking": block["thinking"]}
         else:
             opening = {**block, "input": {}}
             delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"], ensure_ascii=False)}
@@ -212,6 +237,9 @@ def error_json(error: RouterError) -> dict:
 
 def _content_blocks(result: TurnResult) -> list[dict]:
     blocks: list[dict] = []
+    if result.thinking:
+        # No signature can be checked here: the router restores its own replies from the trajectory.
+        blocks.append({"type": "thinking", "thinking": result.thinking, "signature": ""})
     if result.content or not result.tool_calls:
         blocks.append({"type": "text", "text": result.content})
     for call in result.tool_calls:

@@ -16,6 +16,12 @@ A system message after the first message (Claude Code sends them inside `message
 in place where the template renders a system turn there (ChatML templates, SmolLM2's, Qwen's);
 where it does not (it raises, as many templates do, or drops it), its text is folded into the
 next user message, ahead of that message's own text.
+
+Thinking: a request may ask for the model's thinking on or off (Anthropic `thinking`, Responses
+`reasoning.effort`); where the template has a switch for it (Qwen3's `enable_thinking`) the
+render sets it, elsewhere the request's choice is ignored (the model thinks as it was trained
+to). `split_thinking` takes the thinking text out of a reply (`<think>...</think>`) for the
+front ends to return as thinking blocks / reasoning items.
 """
 
 from __future__ import annotations
@@ -44,8 +50,9 @@ TOOLS_POSTAMBLE = (
 
 
 class ChatFormat(Protocol):
-    def render(self, messages: list[Message], tools: list[dict]) -> str:
-        """The whole prompt text, ending with the opening of the assistant's turn."""
+    def render(self, messages: list[Message], tools: list[dict], thinking: bool | None = None) -> str:
+        """The whole prompt text, ending with the opening of the assistant's turn; `thinking` on or
+        off where the model has a switch for it (None: its default)."""
 
     def parse_assistant(self, text: str) -> tuple[str, list[ToolCall]]:
         """Content and tool calls of generated text. Never raises: what does not parse stays content."""
@@ -65,9 +72,11 @@ class HermesFormat:
         self.tokenizer = tokenizer
         self.native_tools = re.search(r"\btools\b", template) is not None
         self.system_anywhere = _renders_system_anywhere(tokenizer)
+        self.thinking_switch = THINKING_SWITCH in template
         self.new_id = new_id
 
-    def render(self, messages: list[Message], tools: list[dict]) -> str:
+    def render(self, messages: list[Message], tools: list[dict], thinking: bool | None = None) -> str:
+        switch = {THINKING_SWITCH: thinking} if self.thinking_switch and thinking is not None else {}
         if not self.system_anywhere:
             messages = fold_late_system_messages(messages)
         if self.native_tools:
@@ -75,7 +84,9 @@ class HermesFormat:
         else:
             chat, template_tools = _hermes_messages(messages, tools, self.describe_tools), None
         try:
-            return self.tokenizer.apply_chat_template(chat, tools=template_tools, tokenize=False, add_generation_prompt=True)
+            return self.tokenizer.apply_chat_template(
+                chat, tools=template_tools, tokenize=False, add_generation_prompt=True, **switch
+            )
         except Exception as exc:  # jinja raises its own TemplateError, and templates raise_exception(...)
             raise bad_request(f"the model's chat template refused these messages: {exc}", "messages") from exc
 
@@ -119,6 +130,25 @@ class HermesFormat:
 
 
 SYSTEM_PROBE = "loongsage-system-probe"
+THINKING_SWITCH = "enable_thinking"  # the chat-template variable Qwen3 (and others after it) read
+THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
+
+
+def split_thinking(text: str) -> tuple[str, str]:
+    """(thinking, the rest) of a reply: the text of a leading `<think>...</think>` block, or, where
+    the template opened the block in the prompt, everything before a `</think>` the reply has
+    without an opening one. ("", text) for a reply without thinking."""
+    stripped = text.lstrip()
+    if stripped.startswith(THINK_OPEN):
+        body = stripped[len(THINK_OPEN) :]
+        if THINK_CLOSE not in body:  # cut off while thinking: all of it is thinking
+            return body.strip(), ""
+        thinking, rest = body.split(THINK_CLOSE, 1)
+        return thinking.strip(), rest.lstrip()
+    if THINK_CLOSE in text and THINK_OPEN not in text:
+        thinking, rest = text.split(THINK_CLOSE, 1)
+        return thinking.strip(), rest.lstrip()
+    return "", text
 
 
 def _renders_system_anywhere(tokenizer) -> bool:

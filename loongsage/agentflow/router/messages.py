@@ -65,6 +65,7 @@ class ChatRequest:
     n: int = 1  # sampled replies to this one prompt (Router.complete_choices)
     prompt_text: str | None = None  # a legacy completion's prompt: the text itself, no chat template
     dropped_tools: tuple[str, ...] = ()  # the types of the hosted tools left out (router.hosted_tools=drop)
+    thinking: bool | None = None  # the model's thinking on or off where it has a switch; None: its default
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,7 @@ class TurnResult:
     stop_sequence: str | None  # the stop string generation ended on
     branch: int  # where the turn was recorded on its trajectory
     turn: int
+    thinking: str = ""  # the reply's thinking text (chat_format.split_thinking), apart from content
 
 
 def canonical_json(value) -> str:

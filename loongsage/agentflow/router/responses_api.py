@@ -5,7 +5,8 @@ Input: a string (one user message) or a list of items: messages (roles user, sys
 developer, assistant; text content as a string or input_text / output_text parts),
 `function_call` items (an assistant's tool calls; consecutive ones, and an assistant message
 right before them, form one assistant turn) and `function_call_output` items (tool results).
-`reasoning` items are skipped: the engines produce none, and clients echo them back.
+`reasoning` items are skipped: clients echo back those the router returned, and the router
+restores its own replies, thinking included, from the trajectory.
 `instructions` become the system message of this request only (as OpenAI does, they are not
 carried over by `previous_response_id`). `previous_response_id` continues a conversation the
 router answered (`ResponseHistory`): its input and output come first, then this request's input.
@@ -17,8 +18,10 @@ Sampling: `max_output_tokens`, `temperature`, `top_p`, and the extensions `top_k
 Hosted tools (web_search, file_search, ...) per router.hosted_tools (hosted_tools.py). Refused
 with 400, because the router cannot do what they ask: a `text.format` other than text,
 `background`, `conversation`. Fields that do not change what is
-sampled (store, metadata, the rest of include, reasoning, parallel_tool_calls, truncation, user,
-...) are accepted and ignored.
+sampled (store, metadata, the rest of include, reasoning.summary, parallel_tool_calls,
+truncation, user, ...) are accepted and ignored. `reasoning.effort` turns the model's thinking
+switch on or off where it has one (chat_format.py); the reply's thinking comes back as a
+`reasoning` item before the message.
 
 Streaming: the engines answer in one piece, so the events (created, in_progress, each output
 item added / delta / done, completed) are all sent once generation has finished.
@@ -62,6 +65,7 @@ REFUSED = {
     "conversation": "conversation objects are not supported; pass previous_response_id, or the whole input",
 }
 TEXT_LOGPROBS = "message.output_text.logprobs"  # the `include` entry that asks for them
+THINKING_OFF = ("none", "minimal")  # reasoning.effort values that turn a model's thinking off
 
 
 @dataclass
@@ -111,6 +115,7 @@ def parse_responses_request(body: Any, model_names: tuple[str, ...], hosted_tool
         logprobs=TEXT_LOGPROBS in included or top_logprobs > 0,
         top_logprobs=top_logprobs,
         dropped_tools=tuple(dropped),
+        thinking=_thinking(body),
     )
     echo = {
         "tools": get(body, "tools", list) or [],
@@ -123,6 +128,15 @@ def parse_responses_request(body: Any, model_names: tuple[str, ...], hosted_tool
         "metadata": get(body, "metadata", dict) or {},
     }
     return model, ResponsesCall(chat, get(body, "previous_response_id", str), instructions, echo)
+
+
+def _thinking(body: dict) -> bool | None:
+    """`reasoning.effort` as the model's thinking switch: none and minimal off, any other effort
+    on; no effort, the model's default. (`reasoning.summary` is not honoured: the reasoning item
+    carries the thinking text itself.)"""
+    reasoning = get(body, "reasoning", dict) or {}
+    effort = get(reasoning, "effort", str, "reasoning")
+    return None if effort is None else effort not in THINKING_OFF
 
 
 def _refuse_unsupported(body: dict) -> None:
@@ -310,6 +324,11 @@ def _item_events(events: _Events, index: int, item: dict) -> Iterator[str]:
         yield events.send("response.output_text.delta", **where, content_index=0, delta=part["text"], logprobs=logprobs)
         yield events.send("response.output_text.done", **where, content_index=0, text=part["text"], logprobs=logprobs)
         yield events.send("response.content_part.done", **where, content_index=0, part=part)
+    elif item["type"] == "reasoning":
+        yield events.send("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []})
+        text = item["content"][0]["text"]
+        yield events.send("response.reasoning_text.delta", **where, content_index=0, delta=text)
+        yield events.send("response.reasoning_text.done", **where, content_index=0, text=text)
     else:
         yield events.send(
             "response.output_item.added", output_index=index, item={**item, "status": "in_progress", "arguments": ""}
@@ -349,6 +368,11 @@ def _envelope(model: str, call: ResponsesCall, response_id: str) -> dict:
 
 def _output_items(result: TurnResult) -> list[dict]:
     items: list[dict] = []
+    if result.thinking:
+        reasoning = {"type": "reasoning_text", "text": result.thinking}
+        items.append(
+            {"type": "reasoning", "id": "rs_" + uuid.uuid4().hex, "summary": [], "content": [reasoning], "status": "completed"}
+        )
     if result.content or not result.tool_calls:
         logprobs = token_logprobs_json(result.token_logprobs)
         text = {"type": "output_text", "text": result.content, "annotations": [], "logprobs": logprobs}

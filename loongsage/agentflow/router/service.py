@@ -94,6 +94,7 @@ class Router:
             stop_sequence=matched_stop,
             branch=branch.index,
             turn=len(branch.turns) - 1,
+            thinking=turn.thinking,
         )
 
     async def complete_choices(self, trajectory_id: str | None, attempt: str, request: ChatRequest) -> list[TurnResult]:
@@ -128,7 +129,7 @@ class Router:
         if request.prompt_text is not None:
             return request.prompt_text
         tools = request.tools if request.parse_tool_calls else []
-        return self.chat_format.render(trajectory.substitute_replies(request.messages), tools)
+        return self.chat_format.render(trajectory.substitute_replies(request.messages), tools, request.thinking)
 
     def demonstrate(self, trajectory_id: str, body: dict) -> Trajectory:
         """An OpenAI chat request's assistant messages recorded as if the model had sampled them

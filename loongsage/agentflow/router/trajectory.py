@@ -47,6 +47,7 @@ class Turn:
     # R3, when the engines return it: int32 [len(prompt_ids) + len(output_ids) - 1, layers * top_k]
     # (inference.resumable.Generation.routed_experts)
     routed_experts: np.ndarray | None = None
+    thinking: str = ""  # the reply's thinking, returned to the agent apart from message.content
 
     @property
     def tip_ids(self) -> list[int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from loongsage.agentflow.router.chat_format import split_thinking
 from loongsage.agentflow.router.messages import Message, ToolCall
 from loongsage.agentflow.router.trajectory import PromptPlan, Turn
 from loongsage.inference.resumable import Generation
@@ -18,8 +19,9 @@ def make_turn(
     """The turn to record and, if generation ended on a stop string, that string.
 
     The agent sees the text without special tokens and without the stop token or stop string
-    (OpenAI semantics); the turn keeps the sampled text whole, so the next prompt can be
-    matched against it. `parse` (the chat format's) splits out tool calls; None leaves text."""
+    (OpenAI semantics) and its thinking apart (chat_format.split_thinking); the turn keeps the
+    sampled text whole, so the next prompt can be matched against it. `parse` (the chat
+    format's) splits out tool calls; None leaves text."""
     output, finish = generation.output_ids, generation.finish
     matched = finish.get("matched")
     ends_on_stop_token = finish.get("type") == "stop" and isinstance(matched, int) and output[-1:] == [matched]
@@ -29,6 +31,7 @@ def make_turn(
     matched_stop = matched if finish.get("type") == "stop" and isinstance(matched, str) else None
     if matched_stop is not None and matched_stop in visible:
         visible = visible[: visible.index(matched_stop)]
+    thinking, visible = split_thinking(visible)
     content, calls = parse(visible) if parse is not None else (visible, [])
     turn = Turn(
         prompt_ids=plan.prompt_ids,
@@ -44,5 +47,6 @@ def make_turn(
         rids=generation.rids,
         engine_seconds=generation.seconds,
         routed_experts=generation.routed_experts,
+        thinking=thinking,
     )
     return turn, matched_stop

@@ -100,3 +100,59 @@ def test_a_system_message_inside_messages_is_rendered_where_the_template_allows(
     reply = claude(router, "late-system").messages.create(model="tiny", max_tokens=8, system="Be brief.", messages=messages)
     assert reply.content[0].text == "ok"
     assert "<|im_start|>system\nReminder: run the tests.<|im_end|>\n<|im_start|>user\nGo." in prompt_text(engine, tokenizer)
+
+
+@pytest.fixture(scope="module")
+def thinking_router(engine_url, tiny_model_path):
+    """The router with a Qwen3-style chat template: one with a thinking switch."""
+    from loongsage.models import load_tokenizer
+    from tests.unit.agentflow.router.test_chat_format import THINKING_TEMPLATE
+
+    tokenizer = load_tokenizer(tiny_model_path)
+    tokenizer.chat_template = THINKING_TEMPLATE
+    server = start_router(engine_url, tiny_model_path, tokenizer)
+    yield server
+    server.stop()
+
+
+def test_anthropic_thinking_sets_the_switch_and_comes_back_as_thinking_blocks(thinking_router, engine, tokenizer):
+    client = claude(thinking_router, "thinks")
+    messages = [{"role": "user", "content": "Capital of France?"}]
+    engine.say("<think>\nIt is Paris.\n</think>\n\nParis.")
+    first = client.messages.create(
+        model="tiny", max_tokens=64, messages=messages, thinking={"type": "enabled", "budget_tokens": 1024}
+    )
+    assert [block.type for block in first.content] == ["thinking", "text"]
+    assert (first.content[0].thinking, first.content[1].text) == ("It is Paris.", "Paris.")
+    assert prompt_text(engine, tokenizer).endswith("<|im_start|>assistant\n")  # thinking on: no closed block
+
+    # Sent back with its thinking block, the reply is restored as sampled: one branch, extended.
+    messages += [{"role": "assistant", "content": [block.model_dump() for block in first.content]}]
+    messages += [{"role": "user", "content": "And of Italy?"}]
+    engine.say("Rome.")
+    with client.messages.stream(model="tiny", max_tokens=64, messages=messages, thinking={"type": "disabled"}) as stream:
+        second = stream.get_final_message()
+    assert [block.type for block in second.content] == ["text"] and second.content[0].text == "Rome."
+    assert "<think>\nIt is Paris.\n</think>\n\nParis." in prompt_text(engine, tokenizer, 1)
+    assert prompt_text(engine, tokenizer, 1).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")  # off
+    assert len(get_trajectory(thinking_router, "thinks")["branches"]) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_responses_reasoning_effort_sets_the_switch_and_comes_back_as_a_reasoning_item(
+    thinking_router, engine, tokenizer, stream
+):
+    client = openai_client(thinking_router, f"reasons-{stream}")
+    engine.say("<think>\nIt is Paris.\n</think>\n\nParis.")
+    request = dict(model="tiny", input="Capital of France?", reasoning={"effort": "high"}, max_output_tokens=64)
+    if stream:
+        with client.responses.stream(**request) as events:
+            response = events.get_final_response()
+    else:
+        response = client.responses.create(**request)
+    reasoning, message = response.output
+    assert reasoning.type == "reasoning" and reasoning.content[0].text == "It is Paris."
+    assert response.output_text == "Paris."
+    engine.say("ok")
+    client.responses.create(model="tiny", input="hi", reasoning={"effort": "minimal"}, max_output_tokens=8)
+    assert prompt_text(engine, tokenizer, 1).endswith("<think>\n\n</think>\n\n")  # minimal: off

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loongsage.agentflow.router.chat_format import HermesFormat, assistant_text, get_chat_format
+from loongsage.agentflow.router.chat_format import HermesFormat, assistant_text, get_chat_format, split_thinking
 from loongsage.agentflow.router.errors import RouterError
 from loongsage.agentflow.router.messages import Message, ToolCall
 from loongsage.models import load_tokenizer
@@ -198,7 +198,12 @@ SYSTEM_FIRST_TEMPLATE = (
 
 def test_a_late_system_message_is_rendered_in_place_where_the_template_allows(hermes):
     assert hermes.system_anywhere  # SmolLM2's ChatML
-    messages = [Message("system", "Be brief."), Message("user", "Hi"), Message("system", "Reminder: tests."), Message("user", "Go")]
+    messages = [
+        Message("system", "Be brief."),
+        Message("user", "Hi"),
+        Message("system", "Reminder: tests."),
+        Message("user", "Go"),
+    ]
     rendered = hermes.render(messages, [])
     assert "<|im_start|>user\nHi<|im_end|>\n<|im_start|>system\nReminder: tests.<|im_end|>\n<|im_start|>user\nGo" in rendered
 
@@ -222,3 +227,38 @@ def test_a_late_system_message_is_folded_into_the_next_user_turn_elsewhere(tiny_
     assert "<|im_start|>user\nReminder: tests.\n\nMode: plan.\n\nGo<|im_end|>" in rendered
     assert rendered.endswith("<|im_start|>user\nLast word.<|im_end|>\n<|im_start|>assistant\n")
     assert rendered.count("<|im_start|>system") == 1
+
+
+# A cut-down Qwen3 template: its thinking switch closes an empty thinking block in the prompt.
+THINKING_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}"
+)
+
+
+def test_the_thinking_switch_is_set_where_the_template_has_one(tiny_model_path, hermes):
+    tokenizer = load_tokenizer(tiny_model_path)
+    tokenizer.chat_template = THINKING_TEMPLATE
+    thinking = HermesFormat(tokenizer)
+    assert thinking.thinking_switch and not hermes.thinking_switch
+    messages = [Message("user", "Hi")]
+    assert thinking.render(messages, [], thinking=False).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert thinking.render(messages, [], thinking=True).endswith("<|im_start|>assistant\n")
+    assert thinking.render(messages, []) == thinking.render(messages, [], thinking=True)  # the template's default
+    assert hermes.render(messages, [], thinking=False) == hermes.render(messages, [])  # no switch: unchanged
+
+
+@pytest.mark.parametrize(
+    ("reply", "thinking", "rest"),
+    [
+        ("<think>\nLet me see.\n</think>\n\nParis.", "Let me see.", "Paris."),
+        ("Let me see.</think>Paris.", "Let me see.", "Paris."),  # the template opened the block in the prompt
+        ("<think>\nStill thinking", "Still thinking", ""),  # cut off at max_tokens
+        ("<think>\n\n</think>\n\nParis.", "", "Paris."),  # thinking off: an empty block
+        ("Paris.", "", "Paris."),
+        ("Use <think> tags.", "", "Use <think> tags."),
+    ],
+)
+def test_split_thinking(reply, thinking, rest):
+    assert split_thinking(reply) == (thinking, rest)
