@@ -38,6 +38,8 @@ def parse_messages_request(body: Any, model_names: tuple[str, ...], hosted_tools
     """`hosted_tools`: what becomes of server and Anthropic-defined tools: router.hosted_tools."""
     body = json_object_body(body)
     model = check_model(body, model_names)
+    if get(body, "mcp_servers", list):
+        raise bad_request("mcp_servers are not supported: the router calls no MCP servers", "mcp_servers")
     messages: list[Message] = []
     system = _system(body.get("system"))
     if system is not None:
