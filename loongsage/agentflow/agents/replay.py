@@ -13,8 +13,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from loongsage.agentflow.agents.base import AgentResult, AgentTask, Endpoint
-from loongsage.agentflow.router import openai_api
-from loongsage.agentflow.router.messages import ToolCall, TurnResult
+from loongsage.agentflow.router import anthropic_api, openai_api, responses_api
+from loongsage.agentflow.router.messages import ChatRequest, ToolCall, TurnResult
+from loongsage.agentflow.router.responses_api import ResponseHistory
 from loongsage.http_server import AppServer
 
 
@@ -36,31 +37,67 @@ def reply(content: str = "", tool_calls: list[ToolCall] | None = None) -> TurnRe
 
 
 class ReplayEndpoint:
-    """An OpenAI-compatible chat completions endpoint that answers request i with `replies[i]`
-    (streamed or not, as asked) and keeps every request body; one past the script is a 400."""
+    """An endpoint that answers request i with `replies[i]`, in whichever API the program calls
+    (Chat Completions, Anthropic Messages, Responses; streamed or not, as asked), and keeps every
+    request as the router reads it (`requests`: ChatRequests, the Responses ones threaded onto the
+    conversation they continue); one past the script is a 400."""
 
     def __init__(self, replies: list[TurnResult], model: str):
         self.replies, self.model = replies, model
-        self.requests: list[dict] = []
+        self.requests: list[ChatRequest] = []
+        self.history = ResponseHistory()
         app = FastAPI()
 
         @app.post("/v1/chat/completions")
         async def chat_completions(request: Request):
-            body = await request.json()
-            self.requests.append(body)
-            index = len(self.requests) - 1
-            if index >= len(self.replies):
-                message = f"the demonstration has {len(self.replies)} replies; request {index + 1} asks for one more"
-                return JSONResponse({"error": {"message": message, "type": "invalid_request_error"}}, status_code=400)
-            answer = [self.replies[index]]
-            if body.get("stream"):
-                include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-                stream = "".join(openai_api.completion_stream(answer, self.model, include_usage))
-                return Response(stream, media_type="text/event-stream")
-            return openai_api.completion_json(answer, self.model)
+            _, chat = openai_api.parse_chat_completion(await request.json(), (self.model,))
+            return self._answer(
+                chat,
+                lambda answer: openai_api.completion_stream([answer], self.model, chat.include_usage),
+                lambda answer: openai_api.completion_json([answer], self.model),
+            )
+
+        # Anthropic's clients append /v1/messages to the base URL, which a preset may give with /v1.
+        @app.post("/v1/messages")
+        @app.post("/v1/v1/messages")
+        async def messages(request: Request):
+            _, chat = anthropic_api.parse_messages_request(await request.json(), (self.model,))
+            return self._answer(
+                chat,
+                lambda answer: anthropic_api.message_stream(answer, self.model),
+                lambda answer: anthropic_api.message_json(answer, self.model),
+            )
+
+        @app.post("/v1/responses")
+        async def responses(request: Request):
+            _, call = responses_api.parse_responses_request(await request.json(), (self.model,))
+            threaded = self.history.thread(None, call)
+            response_id: list[str] = []
+
+            def kept(answer: TurnResult) -> str:
+                response_id.append(self.history.keep(threaded, answer))
+                return response_id[0]
+
+            return self._answer(
+                threaded.chat,
+                lambda answer: responses_api.response_stream(answer, self.model, call, kept(answer)),
+                lambda answer: responses_api.response_json(answer, self.model, call, kept(answer)),
+                stream=call.chat.stream,
+            )
 
         self._server = AppServer(app, name="demonstration-replay")
         self.base_url = self._server.start() + "/v1"
+
+    def _answer(self, chat: ChatRequest, streamed, whole, stream: bool | None = None):
+        self.requests.append(chat)
+        index = len(self.requests) - 1
+        if index >= len(self.replies):
+            message = f"the demonstration has {len(self.replies)} replies; request {index + 1} asks for one more"
+            return JSONResponse({"error": {"message": message, "type": "invalid_request_error"}}, status_code=400)
+        answer = self.replies[index]
+        if chat.stream if stream is None else stream:
+            return Response("".join(streamed(answer)), media_type="text/event-stream")
+        return whole(answer)
 
     def close(self) -> None:
         self._server.stop()
@@ -76,9 +113,9 @@ def record_demonstration(
     agent: str, run: Callable[[AgentTask, Endpoint], AgentResult], task: AgentTask, replies: list[TurnResult], model: str
 ) -> dict:
     """The chat request an episode of `run` (agent `agent`'s) ends with when the model answers
-    with `replies`: the program run for real against a ReplayEndpoint, its last request plus the
-    last reply. A replay that did not take every reply fails, naming the task and the program's
-    last words."""
+    with `replies`: the program run for real against a ReplayEndpoint, its last request (as a
+    Chat Completions body, whichever API it came in) plus the last reply. A replay that did not
+    take every reply fails, naming the task and the program's last words."""
     with ReplayEndpoint(replies, model) as replay:
         result = run(task, Endpoint(replay.base_url, "demonstration", model))
     if result.exit_status != "exited" or len(replay.requests) != len(replies):
@@ -86,5 +123,5 @@ def record_demonstration(
             f"agent {agent}: demonstration {task.instance_id!r} did not replay: {result.exit_status}, "
             f"{len(replay.requests)} of {len(replies)} requests ({result.error}); its output ends: {result.log[0][-600:]!r}"
         )
-    last = replay.requests[-1]
-    return {"messages": [*last["messages"], openai_api.message_json(replies[-1])], "tools": last["tools"]}
+    body = openai_api.chat_body(replay.requests[-1])
+    return {**body, "messages": [*body["messages"], openai_api.message_json(replies[-1])]}

@@ -261,6 +261,29 @@ def error_json(error: RouterError) -> dict:
     return {"error": {"message": error.message, "type": error.kind, "param": error.param, "code": codes.get(error.status)}}
 
 
+def chat_body(request: ChatRequest) -> dict:
+    """The Chat Completions body whose messages and tools parse back (parse_chat_completion) into
+    `request`'s: a conversation another API carried, for what takes chat requests (a warm start's
+    demonstration, Router.demonstrate)."""
+    return {
+        "messages": [_message_json(message) for message in request.messages],
+        "tools": [{"type": "function", "function": tool} for tool in request.tools],
+    }
+
+
+def _message_json(message: Message) -> dict:
+    body: dict = {"role": message.role, "content": message.content}
+    if message.tool_calls:
+        body["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in message.tool_calls
+        ]
+    if message.tool_call_id is not None:
+        body["tool_call_id"] = message.tool_call_id
+    if message.name is not None:
+        body["name"] = message.name
+    return body
+
+
 def message_json(result: TurnResult) -> dict:
     """A turn as the assistant message of a Chat Completions response."""
     message: dict = {"role": "assistant", "content": result.content or (None if result.tool_calls else ""), "refusal": None}
