@@ -45,14 +45,11 @@ against a scripted endpoint, and the conversation it sent is what the warm start
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-from pathlib import Path
 
 from loongsage.agentflow.agents.base import AgentResult, AgentTask, Endpoint
 from loongsage.agentflow.agents.blackbox import BlackBoxAgent
-from loongsage.agentflow.agents.replay import record_demonstration, reply
+from loongsage.agentflow.agents.programs import check_memory_floor, program_binary, program_version
+from loongsage.agentflow.agents.replay import read_then_edit_calls, record_demonstration, reply
 from loongsage.agentflow.router.messages import ToolCall
 
 PROVIDER = "loongsage"
@@ -69,8 +66,6 @@ DEFAULT_PROMPT = (
 # RLIMIT_AS OpenCode's runtime (Bun) needs: it aborts at start under 4 GiB of address space
 # (measured: 2048 and 3072 MiB crash, 4096 MiB runs), though it uses a fraction of that.
 MIN_MEMORY_MB = 4096
-# Paths a sandbox does not see (bwrap mounts neither the homes nor the host's /tmp).
-UNSEEN_PREFIXES = ("/root/", "/home/", "/tmp/")
 OFF = {
     name: "1"
     for name in (
@@ -137,15 +132,11 @@ class OpenCodeAgent:
         self.tools, self.max_tokens, self.timeout_s = tuple(tools), max_tokens, timeout_s
         self.tool_descriptions = _checked_descriptions(dict(tool_descriptions or {}), self.offered_tools())
         self.bash_timeout_ms = int(bash_timeout_s * 1000)
-        self.binary = _opencode_binary()
-        self.version = _version(self.binary)
+        self.binary = program_binary("opencode", "opencode", "npm install -g opencode-ai")
+        self.version = program_version("opencode", self.binary, OFF)
 
     def run(self, task: AgentTask, endpoint: Endpoint) -> AgentResult:
-        if task.sandbox is not None and task.sandbox.limits.memory_mb < MIN_MEMORY_MB:
-            raise ValueError(
-                f"agent opencode: agent.sandbox_limits.memory_mb={task.sandbox.limits.memory_mb} is too little address "
-                f"space for OpenCode's runtime, which aborts at start under {MIN_MEMORY_MB}; set it to {MIN_MEMORY_MB} or more"
-            )
+        check_memory_floor("opencode", task, MIN_MEMORY_MB, f"OpenCode's runtime aborts at start under {MIN_MEMORY_MB}")
         config = self.config(endpoint.model, task.system_prompt or DEFAULT_PROMPT)
         stub = {"dependencies": {"@opencode-ai/plugin": self.version}}
         env = {
@@ -224,21 +215,15 @@ class OpenCodeAgent:
 
 def opencode_calls(calls: list[dict], workdir: str) -> list[ToolCall]:
     """OpenCode's tool calls for a task's gold calls: `read` before the first `edit` of a file,
-    `edit` per str_replace; `submit` is OpenCode's stopping (a reply without a tool call)."""
-    translated, read = [], set()
-    for number, call in enumerate(calls):
-        name, arguments = call["name"], call.get("arguments", {})
-        if name == "submit":
-            break
-        if name != "str_replace":
-            raise ValueError(f"agent opencode: demonstration call {number} is {name!r}; only str_replace and submit translate")
-        path = f"{workdir}/{arguments['path']}"
-        if path not in read:
-            read.add(path)
-            translated.append(("read", {"filePath": path}))
-        edit = {"filePath": path, "oldString": arguments["old_str"], "newString": arguments["new_str"]}
-        translated.append(("edit", edit))
-    return [ToolCall(f"call_demo_{i}", name, json.dumps(args)) for i, (name, args) in enumerate(translated)]
+    `edit` per str_replace."""
+    steps = read_then_edit_calls(
+        "opencode",
+        calls,
+        workdir,
+        read=lambda path: {"read": {"filePath": path}},
+        edit=lambda path, old, new: {"edit": {"filePath": path, "oldString": old, "newString": new}},
+    )
+    return [ToolCall(f"call_demo_{i}", name, json.dumps(args)) for i, (name, args) in enumerate(steps)]
 
 
 def _checked_descriptions(descriptions: dict[str, str], offered: tuple[str, ...]) -> dict[str, str]:
@@ -252,28 +237,3 @@ def _checked_descriptions(descriptions: dict[str, str], offered: tuple[str, ...]
     if empty:
         raise ValueError(f"agent opencode: tool_descriptions for {empty} must be non-empty text")
     return descriptions
-
-
-def _opencode_binary() -> str:
-    """The OpenCode executable itself (the npm launcher is a symlink to it), at a path a sandbox sees."""
-    found = shutil.which("opencode")
-    if found is None:
-        raise ValueError("agent opencode: the `opencode` command is missing; npm install -g opencode-ai")
-    binary = os.path.realpath(found)
-    if binary.startswith(UNSEEN_PREFIXES):
-        raise ValueError(
-            f"agent opencode: {binary} is under {Path(binary).parts[1]}/, which sandboxes do not see; "
-            "install it system-wide (npm install -g opencode-ai as root, into /usr or /usr/local)"
-        )
-    return binary
-
-
-def _version(binary: str) -> str:
-    try:
-        done = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=60, env={**os.environ, **OFF})
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise ValueError(f"agent opencode: {binary} --version failed: {exc}") from None
-    version = done.stdout.strip()
-    if done.returncode != 0 or not version:
-        raise ValueError(f"agent opencode: {binary} --version failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
-    return version

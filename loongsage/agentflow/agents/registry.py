@@ -19,6 +19,7 @@ AGENTS.register_lazy("tool", "loongsage.agentflow.agents.tool_agent:ToolAgent")
 AGENTS.register_lazy("blackbox", "loongsage.agentflow.agents.blackbox:BlackBoxAgent")
 AGENTS.register_lazy("mini_swe_agent", "loongsage.agentflow.agents.miniswe:MiniSweAgent")
 AGENTS.register_lazy("opencode", "loongsage.agentflow.agents.opencode:OpenCodeAgent")
+AGENTS.register_lazy("claude_code", "loongsage.agentflow.agents.claude_code:ClaudeCodeAgent")
 
 
 def build_agent(name_or_path: str, options: dict[str, Any] | None = None) -> Agent:

@@ -124,4 +124,37 @@ def record_demonstration(
             f"{len(replay.requests)} of {len(replies)} requests ({result.error}); its output ends: {result.log[0][-600:]!r}"
         )
     body = openai_api.chat_body(replay.requests[-1])
-    return {**body, "messages": [*body["messages"], openai_api.message_json(replies[-1])]}
+    # The assistant turns as the model gave them, not as the program echoes them back (Claude Code
+    # adds its schema's defaults to calls): a rollout of the same calls trains on the former.
+    turns = [index for index, message in enumerate(body["messages"]) if message["role"] == "assistant"]
+    if len(turns) != len(replies) - 1:
+        raise ValueError(
+            f"agent {agent}: demonstration {task.instance_id!r}: the program's last request holds {len(turns)} assistant "
+            f"turns, not the {len(replies) - 1} it was given (it rewrote its history)"
+        )
+    messages = list(body["messages"])
+    for index, given in zip(turns, replies):
+        messages[index] = openai_api.message_json(given)
+    return {**body, "messages": [*messages, openai_api.message_json(replies[-1])]}
+
+
+def read_then_edit_calls(
+    agent: str, calls: list[dict], workdir: str, read: Callable[[str], dict], edit: Callable[[str, str, str], dict]
+) -> list[tuple[str, dict]]:
+    """A task's gold calls (str_replace per change, then submit) as a program's own calls, for a
+    program whose edit tool refuses a file not read first: `read(path)` before the first
+    `edit(path, old, new)` of each file, as {name: arguments}; `submit` is the program's
+    stopping (a reply without a tool call). Paths are absolute, under `workdir`."""
+    translated, seen = [], set()
+    for number, call in enumerate(calls):
+        name, arguments = call["name"], call.get("arguments", {})
+        if name == "submit":
+            break
+        if name != "str_replace":
+            raise ValueError(f"agent {agent}: demonstration call {number} is {name!r}; only str_replace and submit translate")
+        path = f"{workdir}/{arguments['path']}"
+        if path not in seen:
+            seen.add(path)
+            translated.append(read(path))
+        translated.append(edit(path, arguments["old_str"], arguments["new_str"]))
+    return [(name, args) for step in translated for name, args in step.items()]

@@ -163,21 +163,18 @@ class Router:
         return self.tokenizer.decode(ids, skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False)
 
     async def _max_new_tokens(self, prompt_tokens: int, asked: int | None) -> int:
+        """What the engine may generate: the request's max_tokens (unset: the run's
+        rollout.max_new_tokens), cut to what the context has room for. A program that asks for more
+        than fits (Claude Code always asks for 32000) gets a reply that ends where the context does,
+        finish reason length; a prompt that leaves no room at all is a 400 with the numbers."""
         limit = await self._context_limit()
         room = limit - prompt_tokens
-        if asked is None:
-            if room <= 0:
-                raise bad_request(f"the messages take {prompt_tokens} tokens; the context limit is {limit}", "messages")
-            # The run's default is not the agent's ask: near the context limit it shrinks to what
-            # fits instead of failing a request that never named a length.
-            return min(self.cfg.sampling.max_new_tokens, room)
-        if asked > room:
+        if room <= 0:
             raise bad_request(
-                f"this model's context limit is {limit} tokens: the messages take {prompt_tokens} and "
-                f"max_tokens asks for {asked} more ({prompt_tokens + asked})",
-                "max_tokens",
+                f"this model's context limit is {limit} tokens and the messages take {prompt_tokens}: no room for a reply",
+                "messages",
             )
-        return asked
+        return min(self.cfg.sampling.max_new_tokens if asked is None else asked, room)
 
     async def _context_limit(self) -> int:
         if self._max_context is None:

@@ -17,6 +17,7 @@ Pure bookkeeping: no HTTP, no engine, no tokenizer (a `tokenize` callable is pas
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -72,6 +73,21 @@ class Branch:
     turns: list[Turn] = field(default_factory=list)
 
 
+def echoed_with_additions(sampled: tuple, echoed: tuple) -> bool:
+    """Whether assistant key `echoed` is `sampled` with arguments added to its calls (none changed
+    or removed): the same content and the same calls in order, each sampled argument kept."""
+    (content, calls), (echoed_content, echoed_calls) = sampled, echoed
+    if content != echoed_content or len(calls) != len(echoed_calls):
+        return False
+    for (name, arguments), (echoed_name, echoed_arguments) in zip(calls, echoed_calls):
+        if name != echoed_name:
+            return False
+        given, sent = json.loads(arguments), json.loads(echoed_arguments)
+        if not (isinstance(given, dict) and isinstance(sent, dict) and all(k in sent and sent[k] == v for k, v in given.items())):
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class PromptPlan:
     prompt_ids: list[int]
@@ -93,12 +109,16 @@ class Trajectory:
     def substitute_replies(self, messages: list[Message]) -> list[Message]:
         """Each assistant message this trajectory returned, replaced by the text the model sampled.
         Replies that look alike (same content and calls, different sampled whitespace or special
-        tokens) are taken in the order they were returned, as a linear conversation repeats them."""
+        tokens) are taken in the order they were returned, as a linear conversation repeats them.
+        A program may echo a call back with arguments of its own added (Claude Code fills in its
+        schema's defaults: `replace_all: false`): that is still the reply it was given."""
         substituted = []
         seen: dict[tuple, int] = {}
         for message in messages:
             if message.role == "assistant":
                 key = assistant_key(message.content, message.tool_calls)
+                if key not in self._sampled_replies:
+                    key = next((k for k in self._sampled_replies if echoed_with_additions(k, key)), key)
                 replies = self._sampled_replies.get(key)
                 if replies:
                     occurrence = seen[key] = seen.get(key, -1) + 1

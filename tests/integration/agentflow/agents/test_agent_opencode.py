@@ -131,7 +131,7 @@ def test_tool_descriptions_replace_opencodes_own_and_keep_its_parameters():
             result = agent.run(AgentTask("oc-3", PROMPT, sandbox), Endpoint(replay.base_url, "key", "tiny"))
     assert result.exit_status == "exited", result.log
     (request,) = replay.requests
-    functions = {tool["function"]["name"]: tool["function"] for tool in request["tools"]}
+    functions = {tool["name"]: tool for tool in request.tools}
     assert {name: f["description"] for name, f in functions.items()} == short
     assert {"filePath", "oldString", "newString"} <= set(functions["edit"]["parameters"]["properties"])
 

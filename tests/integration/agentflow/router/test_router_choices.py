@@ -209,9 +209,10 @@ def test_legacy_completions_batch_streaming_and_refusals(router, tokenizer):
 
 def test_a_choice_that_fails_fails_the_request_and_names_it(router):
     """n choices share the request's limits: one that cannot fit is a 400 for the request."""
+    too_long = [{"role": "user", "content": "word " * 600}]  # past the engine's context of 512
     with pytest.raises(openai.BadRequestError) as refused:
-        client(router, "too-long").chat.completions.create(model="tiny", messages=QUESTION, n=2, max_tokens=100_000)
-    assert refused.value.body["param"] == "max_tokens"
+        client(router, "too-long").chat.completions.create(model="tiny", messages=too_long, n=2, max_tokens=8)
+    assert refused.value.body["param"] == "messages"
     assert get_trajectory_ids(router).isdisjoint({"too-long"}), "a refused request leaves no trace"
 
 

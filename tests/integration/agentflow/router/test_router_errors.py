@@ -107,15 +107,18 @@ def test_wrong_fields_are_400_naming_them(router, engine, body, param):
     assert engine.requests == []
 
 
-def test_context_overflow_is_400_with_the_numbers(router, engine, tokenizer):
-    error = _error(_chat(router, _ok_body(max_tokens=60)), 400)
-    assert error["param"] == "max_tokens"
+def test_max_tokens_past_the_context_is_cut_to_fit_and_a_prompt_past_it_is_400_with_the_numbers(router, engine, tokenizer):
+    """A program may ask for more than fits (Claude Code always asks for 32000): the reply ends
+    where the context does. A prompt that leaves no room for a reply is refused."""
     template = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
     prompt = len(tokenizer.encode(template, add_special_tokens=False))
-    assert f"context limit is {MAX_CONTEXT}" in error["message"] and f"take {prompt}" in error["message"]
+    engine.say("ok")
+    assert _chat(router, _ok_body(max_tokens=32000), trajectory="long-ask").status_code == 200
+    assert engine.requests[0]["sampling_params"]["max_new_tokens"] == MAX_CONTEXT - prompt
     long = _ok_body(messages=[{"role": "user", "content": "word " * 100}], max_tokens=None)
-    assert f"context limit is {MAX_CONTEXT}" in _error(_chat(router, long), 400)["message"]
-    assert engine.requests == []
+    error = _error(_chat(router, long), 400)
+    assert error["param"] == "messages" and f"context limit is {MAX_CONTEXT} tokens" in error["message"]
+    assert len(engine.requests) == 1
 
 
 def test_errors_reach_the_official_client_as_its_exceptions(router):

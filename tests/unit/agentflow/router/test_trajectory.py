@@ -89,6 +89,19 @@ def test_echoed_replies_are_recognised_despite_whitespace_ids_and_json_spacing(t
     assert "<tool_response>\nok\n</tool_response>" in tokenizer.decode(second.prompt_ids[len(first.tip_ids) :])
 
 
+def test_a_call_echoed_with_arguments_added_is_still_the_reply_but_one_changed_is_not(tokenizer):
+    """Claude Code echoes its Edit calls back with its schema's default filled in (replace_all)."""
+    tools = [{"name": "Edit", "parameters": {"type": "object"}}]
+    sampled = _ids(tokenizer, '<tool_call>\n{"name": "Edit", "arguments": {"old": "a", "new": "b"}}\n</tool_call>')
+    for echoed_arguments, branches in (('{"replace_all": false, "new": "b", "old": "a"}', 1), ('{"old": "a", "new": "c"}', 2)):
+        loop = Loop(tokenizer)
+        first, _ = loop.turn([Message("user", "go")], sampled + [EOS], tools)
+        (call,) = first.message.tool_calls
+        echoed = Message("assistant", "", (ToolCall(call.id, "Edit", echoed_arguments),))
+        loop.turn([Message("user", "go"), echoed, Message("tool", "ok", tool_call_id=call.id)], [7, EOS], tools)
+        assert len(loop.trajectory.branches) == branches, echoed_arguments
+
+
 def test_a_rewritten_history_starts_a_new_branch_and_says_why(tokenizer):
     loop = Loop(tokenizer)
     first, _ = loop.turn([Message("user", "Hi")], _ids(tokenizer, "Hello") + [EOS])
