@@ -34,7 +34,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loongsage.agentflow.router.errors import bad_request
@@ -78,6 +78,9 @@ class ResponsesCall:
     previous_response_id: str | None
     instructions: str | None
     echo: dict  # tools, tool_choice, temperature, top_p, max_output_tokens, ... as sent
+    # The functions of namespace tool groups, by the name the model sees ("namespace.function"):
+    # (namespace, function), the names their calls go back to the program under.
+    namespaced: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def parse_responses_request(body: Any, model_names: tuple[str, ...], hosted_tools: str = "drop") -> tuple[str, ResponsesCall]:
@@ -96,6 +99,7 @@ def parse_responses_request(body: Any, model_names: tuple[str, ...], hosted_tool
         for i, raw in enumerate(get(body, "tools", list) or [])
         for spec in _tool(raw, join("tools", i), hosted_tools, dropped)
     ]
+    namespaced = {spec["name"]: spec.pop("namespaced") for spec in tools if "namespaced" in spec}
     tool_choice = body.get("tool_choice")
     top_logprobs = in_range(get(body, "top_logprobs", int), 0, MAX_TOP_LOGPROBS, "top_logprobs") or 0
     included = get(body, "include", list) or []
@@ -127,7 +131,7 @@ def parse_responses_request(body: Any, model_names: tuple[str, ...], hosted_tool
         "parallel_tool_calls": body.get("parallel_tool_calls", True),
         "metadata": get(body, "metadata", dict) or {},
     }
-    return model, ResponsesCall(chat, get(body, "previous_response_id", str), instructions, echo)
+    return model, ResponsesCall(chat, get(body, "previous_response_id", str), instructions, echo, namespaced)
 
 
 def _thinking(body: dict) -> bool | None:
@@ -164,9 +168,11 @@ def _items(raw_items: list) -> list[Message]:
             messages.append(message)
             open_assistant = message.role == "assistant"
         elif kind == "function_call":
+            name = get(item, "name", str, path, required=True)
+            namespace = get(item, "namespace", str, path)
             call = ToolCall(
                 get(item, "call_id", str, path, required=True),
-                get(item, "name", str, path, required=True),
+                f"{namespace}.{name}" if namespace else name,
                 _arguments(item.get("arguments", "{}"), join(path, "arguments")),
             )
             if open_assistant:
@@ -214,10 +220,29 @@ def _tool(raw: Any, path: str, hosted_tools: str, dropped: list[str]) -> list[di
     (hosted_tools.py)."""
     raw = expect(raw, dict, path)
     kind = get(raw, "type", str, path, required=True)
+    if kind == "namespace":
+        return _namespace(raw, path, hosted_tools, dropped)
     if kind != "function":
         hosted_tool(kind, path, hosted_tools, dropped)
         return []
     return [_function(raw, path)]
+
+
+def _namespace(raw: dict, path: str, hosted_tools: str, dropped: list[str]) -> list[dict]:
+    """A namespace tool group's functions, each as the model sees it: named "namespace.function"
+    (no function name has a dot, so none collides with a plain one), the group's description
+    ahead of its own. Each spec carries `namespaced` (namespace, function) for the reply."""
+    namespace = get(raw, "name", str, path, required=True)
+    group = get(raw, "description", str, path)
+    specs = []
+    for i, inner in enumerate(get(raw, "tools", list, path, required=True)):
+        for spec in _tool(inner, join(join(path, "tools"), i), hosted_tools, dropped):
+            if "namespaced" in spec:
+                raise bad_request("a namespace inside a namespace is not supported", join(join(path, "tools"), i))
+            qualified = f"{namespace}.{spec['name']}"
+            description = " ".join(text for text in (group, spec.get("description")) if text)
+            specs.append({**spec, "name": qualified, "description": description, "namespaced": (namespace, spec["name"])})
+    return specs
 
 
 def _function(raw: dict, path: str) -> dict:
@@ -291,7 +316,7 @@ def response_json(result: TurnResult, model: str, call: ResponsesCall, response_
         **_envelope(model, call, response_id),
         "status": "incomplete" if incomplete else "completed",
         "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
-        "output": _output_items(result),
+        "output": _output_items(result, call.namespaced),
         "usage": {
             "input_tokens": result.prompt_tokens,
             "input_tokens_details": {"cached_tokens": result.cached_tokens},
@@ -366,7 +391,7 @@ def _envelope(model: str, call: ResponsesCall, response_id: str) -> dict:
     }
 
 
-def _output_items(result: TurnResult) -> list[dict]:
+def _output_items(result: TurnResult, namespaced: dict[str, tuple[str, str]]) -> list[dict]:
     items: list[dict] = []
     if result.thinking:
         reasoning = {"type": "reasoning_text", "text": result.thinking}
@@ -380,14 +405,15 @@ def _output_items(result: TurnResult) -> list[dict]:
             {"type": "message", "id": "msg_" + uuid.uuid4().hex, "status": "completed", "role": "assistant", "content": [text]}
         )
     for call in result.tool_calls:
-        items.append(
-            {
-                "type": "function_call",
-                "id": "fc_" + uuid.uuid4().hex,
-                "call_id": call.id,
-                "name": call.name,
-                "arguments": call.arguments,
-                "status": "completed",
-            }
-        )
+        item = {
+            "type": "function_call",
+            "id": "fc_" + uuid.uuid4().hex,
+            "call_id": call.id,
+            "name": call.name,
+            "arguments": call.arguments,
+            "status": "completed",
+        }
+        if call.name in namespaced:  # back under the names the program sent
+            item["namespace"], item["name"] = namespaced[call.name]
+        items.append(item)
     return items

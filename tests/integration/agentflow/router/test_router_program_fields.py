@@ -156,3 +156,33 @@ def test_responses_reasoning_effort_sets_the_switch_and_comes_back_as_a_reasonin
     engine.say("ok")
     client.responses.create(model="tiny", input="hi", reasoning={"effort": "minimal"}, max_output_tokens=8)
     assert prompt_text(engine, tokenizer, 1).endswith("<think>\n\n</think>\n\n")  # minimal: off
+
+
+NAMESPACE = {
+    "type": "namespace",
+    "name": "crm",
+    "description": "Customer records.",
+    "tools": [{"type": "function", "name": "lookup", "description": "Find a customer.", "parameters": {"type": "object"}}],
+}
+
+
+def test_a_namespace_group_gives_the_model_its_functions_and_the_calls_go_back_under_its_names(router, engine, tokenizer):
+    """As Codex CLI sends its sub-agent tools: the model sees crm.lookup; the program gets a call
+    to lookup in namespace crm, sends it back so, and the conversation stays one branch."""
+    client = openai_client(router, "namespaced")
+    engine.say('<tool_call>\n{"name": "crm.lookup", "arguments": {"who": "Ada"}}\n</tool_call>')
+    first = client.responses.create(model="tiny", input="Find Ada.", tools=[NAMESPACE, FUNCTION], max_output_tokens=32)
+    (call,) = first.output
+    assert (call.type, call.name, call.model_dump()["namespace"]) == ("function_call", "lookup", "crm")
+    assert '"name": "crm.lookup"' in prompt_text(engine, tokenizer) and "Customer records. Find a customer." in prompt_text(
+        engine, tokenizer
+    )
+    engine.say("Ada is customer 7.")
+    items = [
+        {"role": "user", "content": "Find Ada."},
+        call.model_dump(),
+        {"type": "function_call_output", "call_id": call.call_id, "output": "id 7"},
+    ]
+    second = client.responses.create(model="tiny", input=items, tools=[NAMESPACE, FUNCTION], max_output_tokens=32)
+    assert second.output_text == "Ada is customer 7."
+    assert len(get_trajectory(router, "namespaced")["branches"]) == 1
