@@ -22,7 +22,7 @@ from typing import Any
 
 from loongsage.agentflow.agents.base import AgentResult, AgentTask, Endpoint
 from loongsage.agentflow.agents.blackbox import BlackBoxAgent
-from loongsage.agentflow.agents.replay import record_demonstration, reply
+from loongsage.agentflow.agents.replay import edit_commands, record_demonstration, reply
 from loongsage.agentflow.router.messages import ToolCall
 from loongsage.agentflow.sandbox import attach_sandbox
 
@@ -31,11 +31,6 @@ SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 # A str_replace as one bash command: the strings as Python literals (repr: single quotes unless
 # the text has one, so the tool call's JSON needs few escapes), and no shell quoting or regex
 # escaping stands between the model and the exact text.
-EDIT_COMMAND = """python3 - <<'EOF'
-from pathlib import Path
-p = Path({path})
-p.write_text(p.read_text().replace({old}, {new}, 1))
-EOF"""
 
 
 class MiniSweAgent:
@@ -112,18 +107,7 @@ class MiniSweAgent:
 def mini_calls(calls: list[dict]) -> list[ToolCall]:
     """mini-swe-agent's bash calls for a task's gold calls: an edit command per str_replace, then
     its submitting command (a demonstration always ends by submitting)."""
-    commands = []
-    for number, call in enumerate(calls):
-        name, arguments = call["name"], call.get("arguments", {})
-        if name == "submit":
-            break
-        if name != "str_replace":
-            raise ValueError(
-                f"agent mini_swe_agent: demonstration call {number} is {name!r}; only str_replace and submit translate"
-            )
-        literals = {key: repr(arguments[field]) for key, field in (("path", "path"), ("old", "old_str"), ("new", "new_str"))}
-        commands.append(EDIT_COMMAND.format(**literals))
-    commands.append(f"echo {SUBMIT_SENTINEL}")
+    commands = [*edit_commands("mini_swe_agent", calls), f"echo {SUBMIT_SENTINEL}"]
     return [ToolCall(f"call_demo_{i}", "bash", json.dumps({"command": c})) for i, c in enumerate(commands)]
 
 

@@ -20,6 +20,7 @@ AGENTS.register_lazy("blackbox", "loongsage.agentflow.agents.blackbox:BlackBoxAg
 AGENTS.register_lazy("mini_swe_agent", "loongsage.agentflow.agents.miniswe:MiniSweAgent")
 AGENTS.register_lazy("opencode", "loongsage.agentflow.agents.opencode:OpenCodeAgent")
 AGENTS.register_lazy("claude_code", "loongsage.agentflow.agents.claude_code:ClaudeCodeAgent")
+AGENTS.register_lazy("codex", "loongsage.agentflow.agents.codex:CodexAgent")
 
 
 def build_agent(name_or_path: str, options: dict[str, Any] | None = None) -> Agent:

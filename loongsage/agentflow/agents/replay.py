@@ -158,3 +158,27 @@ def read_then_edit_calls(
             translated.append(read(path))
         translated.append(edit(path, arguments["old_str"], arguments["new_str"]))
     return [(name, args) for step in translated for name, args in step.items()]
+
+
+# A str_replace as one shell command (for programs whose only tool is a shell): the file rewritten
+# in Python, so the old and new text need no shell quoting.
+EDIT_COMMAND = """python3 - <<'EOF'
+from pathlib import Path
+p = Path({path})
+p.write_text(p.read_text().replace({old}, {new}, 1))
+EOF"""
+
+
+def edit_commands(agent: str, calls: list[dict]) -> list[str]:
+    """A task's gold calls (str_replace per change, then submit) as shell commands, one per edit
+    (paths relative to the working directory); what follows `submit` is left out."""
+    commands = []
+    for number, call in enumerate(calls):
+        name, arguments = call["name"], call.get("arguments", {})
+        if name == "submit":
+            break
+        if name != "str_replace":
+            raise ValueError(f"agent {agent}: demonstration call {number} is {name!r}; only str_replace and submit translate")
+        literals = {key: repr(arguments[field]) for key, field in (("path", "path"), ("old", "old_str"), ("new", "new_str"))}
+        commands.append(EDIT_COMMAND.format(**literals))
+    return commands
