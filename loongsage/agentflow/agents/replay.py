@@ -7,7 +7,7 @@ samples the same program's episodes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -138,25 +138,32 @@ def record_demonstration(
     return {**body, "messages": [*messages, openai_api.message_json(replies[-1])]}
 
 
-def read_then_edit_calls(
-    agent: str, calls: list[dict], workdir: str, read: Callable[[str], dict], edit: Callable[[str, str, str], dict]
-) -> list[tuple[str, dict]]:
-    """A task's gold calls (str_replace per change, then submit) as a program's own calls, for a
-    program whose edit tool refuses a file not read first: `read(path)` before the first
-    `edit(path, old, new)` of each file, as {name: arguments}; `submit` is the program's
-    stopping (a reply without a tool call). Paths are absolute, under `workdir`."""
-    translated, seen = [], set()
+def gold_edits(agent: str, calls: list[dict]) -> Iterator[tuple[str, str, str]]:
+    """(path, old, new) of each str_replace of a task's gold calls (str_replace per change, then
+    submit); what follows `submit` is left out."""
     for number, call in enumerate(calls):
         name, arguments = call["name"], call.get("arguments", {})
         if name == "submit":
-            break
+            return
         if name != "str_replace":
             raise ValueError(f"agent {agent}: demonstration call {number} is {name!r}; only str_replace and submit translate")
-        path = f"{workdir}/{arguments['path']}"
+        yield arguments["path"], arguments["old_str"], arguments["new_str"]
+
+
+def read_then_edit_calls(
+    agent: str, calls: list[dict], workdir: str, read: Callable[[str], dict], edit: Callable[[str, str, str], dict]
+) -> list[tuple[str, dict]]:
+    """A task's gold calls as a program's own calls, for a program whose edit tool refuses a file
+    not read first: `read(path)` before the first `edit(path, old, new)` of each file, as
+    {name: arguments}; `submit` is the program's stopping (a reply without a tool call). Paths
+    are absolute, under `workdir`."""
+    translated, seen = [], set()
+    for relative, old, new in gold_edits(agent, calls):
+        path = f"{workdir}/{relative}"
         if path not in seen:
             seen.add(path)
             translated.append(read(path))
-        translated.append(edit(path, arguments["old_str"], arguments["new_str"]))
+        translated.append(edit(path, old, new))
     return [(name, args) for step in translated for name, args in step.items()]
 
 
@@ -170,15 +177,5 @@ EOF"""
 
 
 def edit_commands(agent: str, calls: list[dict]) -> list[str]:
-    """A task's gold calls (str_replace per change, then submit) as shell commands, one per edit
-    (paths relative to the working directory); what follows `submit` is left out."""
-    commands = []
-    for number, call in enumerate(calls):
-        name, arguments = call["name"], call.get("arguments", {})
-        if name == "submit":
-            break
-        if name != "str_replace":
-            raise ValueError(f"agent {agent}: demonstration call {number} is {name!r}; only str_replace and submit translate")
-        literals = {key: repr(arguments[field]) for key, field in (("path", "path"), ("old", "old_str"), ("new", "new_str"))}
-        commands.append(EDIT_COMMAND.format(**literals))
-    return commands
+    """A task's gold calls as shell commands, one per edit (paths relative to the working directory)."""
+    return [EDIT_COMMAND.format(path=repr(path), old=repr(old), new=repr(new)) for path, old, new in gold_edits(agent, calls)]

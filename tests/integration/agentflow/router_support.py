@@ -7,6 +7,7 @@ from the stand-in engine, tests/standins/engine.py.)
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -99,3 +100,8 @@ def get_trajectory(server: RouterServer, trajectory_id: str) -> dict:
     response = http().get(server.trajectory_url(trajectory_id), headers=auth(server))
     response.raise_for_status()
     return response.json()
+
+
+def tool_call(name: str, **arguments) -> str:
+    """A scripted engine reply that calls `name`, in the Hermes markup the router parses."""
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"

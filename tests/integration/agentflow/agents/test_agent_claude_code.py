@@ -17,10 +17,8 @@ from loongsage.agentflow.agents import AgentTask, Endpoint, build_agent
 from loongsage.agentflow.agents.claude_code import BARE_TOOLS, CLOSING_REPLY, MIN_MEMORY_MB, claude_code_calls
 from loongsage.agentflow.router import to_samples
 from loongsage.agentflow.sandbox import SandboxLimits, available_backends, create_sandbox
-from loongsage.models import load_tokenizer
 from loongsage.tasks.swe.source import swe_synth
-from tests.integration.agentflow.router_support import start_router
-from tests.standins.engine import StandinEngine
+from tests.integration.agentflow.router_support import tool_call
 
 pytestmark = pytest.mark.skipif(
     shutil.which("claude") is None, reason="Claude Code is not installed (npm install -g @anthropic-ai/claude-code)"
@@ -32,22 +30,6 @@ REPO = {
 }
 PROMPT = "add(2, 3) returns -1 instead of 5. Fix calc.py."
 BACKEND = next((b for b in ("bwrap", "local") if b in available_backends()), "local")
-
-
-def tool_call(name: str, **arguments) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
-
-
-@pytest.fixture
-def served(tiny_model_path, request):
-    """A router in front of a scripted engine, and the tokenizer to read what the engine was sent;
-    the engine's context is SmolLM2's unless the test asks for more (`context` param)."""
-    tokenizer = load_tokenizer(tiny_model_path)
-    engine = StandinEngine(tokenizer, max_context=getattr(request, "param", 8192))
-    router = start_router(engine.url, tiny_model_path, tokenizer)
-    yield router, engine, tokenizer
-    router.stop()
-    engine.stop()
 
 
 @pytest.mark.parametrize("served", [65536], indirect=True)  # its default prompt: ~23,000 SmolLM2 tokens

@@ -19,10 +19,8 @@ from loongsage.agentflow.agents import AgentTask, Endpoint, build_agent
 from loongsage.agentflow.agents.codex import CLOSING_REPLY, DEFAULT_PROMPT, MIN_MEMORY_MB, codex_calls
 from loongsage.agentflow.router import to_samples
 from loongsage.agentflow.sandbox import SandboxLimits, available_backends, create_sandbox
-from loongsage.models import load_tokenizer
 from loongsage.tasks.swe.source import swe_synth
-from tests.integration.agentflow.router_support import get_trajectory, start_router
-from tests.standins.engine import StandinEngine
+from tests.integration.agentflow.router_support import get_trajectory, tool_call
 
 pytestmark = pytest.mark.skipif(shutil.which("codex") is None, reason="Codex CLI is not installed (npm install -g @openai/codex)")
 
@@ -35,22 +33,6 @@ BACKEND = next((b for b in ("bwrap", "local") if b in available_backends()), "lo
 FIX = (
     "python3 - <<'EOF'\nfrom pathlib import Path\np = Path('calc.py')\np.write_text(p.read_text().replace('a - b', 'a + b'))\nEOF"
 )
-
-
-def tool_call(name: str, **arguments) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
-
-
-@pytest.fixture
-def served(tiny_model_path, request):
-    """A router in front of a scripted engine, and the tokenizer to read what the engine was sent;
-    the engine's context is SmolLM2's unless the test asks for more (`context` param)."""
-    tokenizer = load_tokenizer(tiny_model_path)
-    engine = StandinEngine(tokenizer, max_context=getattr(request, "param", 8192))
-    router = start_router(engine.url, tiny_model_path, tokenizer)
-    yield router, engine, tokenizer
-    router.stop()
-    engine.stop()
 
 
 @pytest.mark.parametrize("served", [65536], indirect=True)  # its default instructions alone: ~17,000 characters

@@ -17,7 +17,7 @@ from loongsage.agentflow.router import to_samples
 from loongsage.agentflow.sandbox import SandboxLimits, available_backends, create_sandbox
 from loongsage.models import load_tokenizer
 from loongsage.tasks.swe.source import swe_synth
-from tests.integration.agentflow.router_support import start_router
+from tests.integration.agentflow.router_support import start_router, tool_call
 from tests.standins.engine import StandinEngine
 
 pytestmark = pytest.mark.skipif(shutil.which("opencode") is None, reason="OpenCode is not installed (npm install -g opencode-ai)")
@@ -30,10 +30,6 @@ PROMPT = "add(2, 3) returns -1 instead of 5. Fix calc.py."
 # The recipe's headroom: at exactly the minimum OpenCode starts, but spawning its bash tool's
 # commands can fail ("Out of memory"; seen once in a few runs here).
 MEMORY_MB = 2 * MIN_MEMORY_MB
-
-
-def tool_call(name: str, **arguments) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 @pytest.mark.parametrize("backend", [b for b in ("bwrap", "local") if b in available_backends()][:1] or ["local"])
