@@ -90,8 +90,21 @@ class Monitor:
                     "weight_version": sample.weight_versions[0] if sample.weight_versions else None,
                     **({"reward_error": sample.metadata["reward_error"]} if "reward_error" in sample.metadata else {}),
                     **({"grading_error": sample.metadata["grading_error"]} if "grading_error" in sample.metadata else {}),
+                    **_episode_fields(sample.metadata),
                 }
                 out.write(json.dumps(record) + "\n")
+
+
+EPISODE_FIELDS = ("exit_status", "episode_turns", "episode_branches", "hosted_tools_dropped")
+
+
+def _episode_fields(metadata: dict) -> dict:
+    """An agent episode's ending and size; the tail of the program's output when it ended in an
+    error, so that what went wrong can be read in rollouts.jsonl."""
+    fields = {name: metadata[name] for name in EPISODE_FIELDS if metadata.get(name)}
+    if metadata.get("exit_status") == "error":
+        fields["agent_log"] = metadata.get("agent_log", [])
+    return fields
 
 
 def _drop_lines_after(path: Path, step: int) -> None:

@@ -32,9 +32,11 @@ and why (measured on 2.1.332; docs/agent_fields.md says what the router does wit
   transcript (`--no-session-persistence`), and HOME, CLAUDE_CONFIG_DIR and TMPDIR in a fresh
   directory per episode.
 
-The episode ends when Claude Code does: after a reply with no tool call, at the turn limit, or
-when a request fails. Claude Code's runtime (Bun) aborts under about 800 MiB of address space
-(measured: 768 MiB aborts, 832 runs), so the sandbox needs `memory_mb >= MIN_MEMORY_MB`.
+The episode ends when Claude Code does: after a reply with no tool call, at the turn limit, when
+a request fails, or after replies cut at `max_tokens`, which Claude Code asks for again a few
+times and then takes as an error ("response exceeded the N output token maximum", exit code 1).
+Claude Code's runtime (Bun) aborts under about 800 MiB of address space (measured: 768 MiB
+aborts, 832 runs), so the sandbox needs `memory_mb >= MIN_MEMORY_MB`.
 
 Demonstrations (warm start) go through Claude Code too (`replay.py`): a task's gold calls
 (str_replace per change, then submit) become its own calls, `Read` then `Edit` per file (its

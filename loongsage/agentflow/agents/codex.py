@@ -28,7 +28,9 @@ docs/agent_fields.md says what the router does with what Codex sends):
   TMPDIR as Codex wants, and `--skip-git-repo-check` (a task tree need not be a git repository).
 
 Codex sends no max_output_tokens, temperature or top_p: the run's rollout.* apply (the router).
-The episode ends when Codex does: after a reply with no tool call, or when a request fails.
+The episode ends when Codex does: after a reply with no tool call, when a request fails, or
+after a reply cut at rollout.max_new_tokens, which Codex takes as an error ("Incomplete response
+returned, reason: max_output_tokens", exit code 1): give replies room.
 
 Demonstrations (warm start) go through Codex too (`replay.py`): each of a task's gold edits is
 one `exec_command` that rewrites the file in Python, then a closing reply.

@@ -37,6 +37,16 @@ TINY = ["model=tiny", "run.steps=1", "rollout.prompts_per_step=1", "rollout.grou
             ["agent.options.max_tokens=16", "warm_start.options.count=4", "warm_start.batch_size=2"],
             marks=pytest.mark.skipif(shutil.which("mini") is None, reason="mini-swe-agent is not installed"),
         ),
+        pytest.param(
+            "blackbox_codex",
+            ["rollout.max_new_tokens=16", "warm_start.options.count=4", "warm_start.batch_size=2"],
+            marks=pytest.mark.skipif(shutil.which("codex") is None, reason="Codex CLI is not installed"),
+        ),
+        pytest.param(
+            "blackbox_claude_code",
+            ["agent.options.max_tokens=16", "warm_start.options.count=4", "warm_start.batch_size=2"],
+            marks=pytest.mark.skipif(shutil.which("claude") is None, reason="Claude Code is not installed"),
+        ),
     ],
 )
 def test_agentic_recipe_runs_episodes_and_trains_on_them(recipe, agent_overrides, tmp_path):
@@ -44,7 +54,11 @@ def test_agentic_recipe_runs_episodes_and_trains_on_them(recipe, agent_overrides
     assert result.returncode == 0, result.stderr[-4000:]
     logged = scalars(tmp_path)
     assert logged["agent/episodes"] == {1: 2.0}
-    assert logged["agent/error_frac"] == {1: 0.0}
+    # The random tiny model's replies are cut at 16 tokens. Codex takes a Responses reply cut at
+    # max_output_tokens ("incomplete") as an error, Claude Code one cut at max_tokens after asking
+    # again: both exit 1, which ends their episodes as errors (rollouts.jsonl keeps their output).
+    program_errors = recipe in ("blackbox_codex", "blackbox_claude_code")
+    assert logged["agent/error_frac"] == {1: 1.0 if program_errors else 0.0}
     # Counted by the router, for a black-box program as for the framework's own agent loop.
     assert logged["agent/turns_mean"][1] >= 1.0 and logged["agent/branches_mean"][1] >= 1.0
     assert all(n >= 2 for n in logged["rollout/samples"].values())
@@ -55,7 +69,7 @@ def test_agentic_recipe_runs_episodes_and_trains_on_them(recipe, agent_overrides
     rollouts = (tmp_path / "rollouts.jsonl").read_text()
     assert "sandbox preflight passed in " in result.stdout  # before the warm start
     # Warm start: 2 epochs of 4 demonstrations in batches of 2, recorded through the recipe's own
-    # agent (OpenCode and mini-swe-agent: the program itself, against a scripted endpoint), then the
+    # agent (OpenCode, Codex, Claude Code, mini-swe-agent: the program itself, against a scripted endpoint), then the
     # weights reach the engines before the first rollout; RL runs on synthesized tasks of another seed.
     nll = logged["warm_start/nll"]
     assert sorted(nll) == [1, 2, 3, 4] and nll[4] < nll[1]

@@ -3,6 +3,8 @@ the loss under every aggregation mode, exactly as the same episode as one sample
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch.distributed as dist
 
@@ -104,3 +106,25 @@ def test_without_shares_a_split_episode_would_weigh_more():
         branch.episode_share = 1.0
     expected = batch_loss(merged, "seq_mean_token_mean", micro_batch_size=8)
     assert batch_loss(branches, "seq_mean_token_mean", 8) != pytest.approx(expected, rel=1e-3)
+
+
+def test_rollouts_jsonl_says_how_each_episode_ended_and_why_one_failed(tmp_path):
+    from loongsage.config.schema import LoggingConfig
+    from loongsage.controller.monitor import Monitor
+
+    samples = as_branches()
+    for s in samples:
+        failed = s.metadata["trajectory_id"] == "b"
+        s.metadata.update(
+            exit_status="error" if failed else "exited",
+            episode_turns=2,
+            episode_branches=1,
+            hosted_tools_dropped={},
+            agent_log=["API Error: response exceeded the 16 output token maximum", "exit code 1 after 2.4 s"],
+        )
+    monitor = Monitor(LoggingConfig(tensorboard=False, rollouts_per_step=8), tmp_path, total_steps=1, start_step=0)
+    monitor.log(1, rollout_metrics(samples), samples)
+    records = [json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines()]
+    assert [r["exit_status"] for r in records] == ["exited", "exited", "exited", "error", "exited"]
+    assert records[3]["agent_log"][-1] == "exit code 1 after 2.4 s"
+    assert "agent_log" not in records[0] and "hosted_tools_dropped" not in records[0]
