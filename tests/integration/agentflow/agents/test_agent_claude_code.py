@@ -29,7 +29,8 @@ REPO = {
     "tests/test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
 }
 PROMPT = "add(2, 3) returns -1 instead of 5. Fix calc.py."
-BACKEND = next((b for b in ("bwrap", "local") if b in available_backends()), "local")
+BACKENDS = [b for b in ("bwrap", "local") if b in available_backends()] or ["local"]
+BACKEND = BACKENDS[0]
 
 
 @pytest.mark.parametrize("served", [65536], indirect=True)  # its default prompt: ~23,000 SmolLM2 tokens
@@ -68,10 +69,11 @@ def test_on_its_defaults_with_only_the_provider_set_a_task_and_a_tool_round_trip
     assert '"name": "Write"' in prompts[1] and "<tool_response>" in prompts[2]
 
 
-def test_the_preset_fixes_the_bug_through_the_router_inside_the_sandbox(served):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_preset_fixes_the_bug_through_the_router_inside_the_sandbox(served, backend):
     router, engine, tokenizer = served
     agent = build_agent("claude_code", {"max_tokens": 128, "timeout_s": 300})
-    with create_sandbox(REPO, backend=BACKEND, limits=SandboxLimits(memory_mb=2 * MIN_MEMORY_MB)) as sandbox:
+    with create_sandbox(REPO, backend=backend, limits=SandboxLimits(memory_mb=2 * MIN_MEMORY_MB)) as sandbox:
         calc = f"{sandbox.workdir}/calc.py"
         engine.say(tool_call("Read", file_path=calc))
         engine.say(tool_call("Edit", file_path=calc, old_string="a - b", new_string="a + b"))

@@ -29,7 +29,8 @@ REPO = {
     "tests/test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
 }
 PROMPT = "add(2, 3) returns -1 instead of 5. Fix calc.py."
-BACKEND = next((b for b in ("bwrap", "local") if b in available_backends()), "local")
+BACKENDS = [b for b in ("bwrap", "local") if b in available_backends()] or ["local"]
+BACKEND = BACKENDS[0]
 FIX = (
     "python3 - <<'EOF'\nfrom pathlib import Path\np = Path('calc.py')\np.write_text(p.read_text().replace('a - b', 'a + b'))\nEOF"
 )
@@ -68,14 +69,15 @@ def test_on_its_defaults_with_only_the_provider_set_a_task_and_a_tool_round_trip
     assert get_trajectory(router, "defaults")["dropped_tools"] == {"web_search": 3}  # once per request: it sends it each time
 
 
-def test_the_preset_fixes_the_bug_through_the_router_inside_the_sandbox(served):
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_preset_fixes_the_bug_through_the_router_inside_the_sandbox(served, backend):
     router, engine, tokenizer = served
     agent = build_agent("codex", {"timeout_s": 300})
     engine.say(tool_call("exec_command", cmd="cat calc.py"))
     engine.say(tool_call("exec_command", cmd=FIX))
     engine.say(tool_call("exec_command", cmd="python3 -m pytest -q tests"))
     engine.say("Fixed: add now returns a + b.")
-    with create_sandbox(REPO, backend=BACKEND, limits=SandboxLimits(memory_mb=2 * MIN_MEMORY_MB)) as sandbox:
+    with create_sandbox(REPO, backend=backend, limits=SandboxLimits(memory_mb=2 * MIN_MEMORY_MB)) as sandbox:
         result = agent.run(AgentTask("cx-1", PROMPT, sandbox), Endpoint(router.url_for("cx-1"), router.router.api_key, "tiny"))
     assert result.exit_status == "exited", result.log
     assert "-    return a - b\n+    return a + b" in result.patch
