@@ -18,18 +18,13 @@ import pytest
 from loongsage.agentflow.agents import AgentTask, Endpoint, build_agent
 from loongsage.agentflow.agents.codex import CLOSING_REPLY, DEFAULT_PROMPT, MIN_MEMORY_MB, codex_calls
 from loongsage.agentflow.router import to_samples
-from loongsage.agentflow.sandbox import SandboxLimits, available_backends, create_sandbox
+from loongsage.agentflow.sandbox import SandboxLimits, create_sandbox
 from loongsage.tasks.swe.source import swe_synth
+from tests.integration.agentflow.agents.buggy_repo import BACKENDS, PROMPT, REPO
 from tests.integration.agentflow.router_support import get_trajectory, tool_call
 
 pytestmark = pytest.mark.skipif(shutil.which("codex") is None, reason="Codex CLI is not installed (npm install -g @openai/codex)")
 
-REPO = {
-    "calc.py": "def add(a, b):\n    return a - b\n",
-    "tests/test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
-}
-PROMPT = "add(2, 3) returns -1 instead of 5. Fix calc.py."
-BACKENDS = [b for b in ("bwrap", "local") if b in available_backends()] or ["local"]
 BACKEND = BACKENDS[0]
 FIX = (
     "python3 - <<'EOF'\nfrom pathlib import Path\np = Path('calc.py')\np.write_text(p.read_text().replace('a - b', 'a + b'))\nEOF"
