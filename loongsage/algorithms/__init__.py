@@ -11,7 +11,6 @@ from loongsage.algorithms.losses import (
     kl_estimate,
     masked_aggregate,
     mismatch_k3_kl,
-    ppo_clip_loss,
     token_logprobs,
 )
 from loongsage.algorithms.off_policy import (
@@ -20,6 +19,7 @@ from loongsage.algorithms.off_policy import (
     importance_weights,
     interpolated_proximal_logprobs,
 )
+from loongsage.algorithms.policy_losses import cispo_loss, gspo_loss, ppo_clip_loss
 
 __all__ = [
     "AGGREGATION_MODES",
@@ -35,6 +35,8 @@ __all__ = [
     "kl_estimate",
     "masked_aggregate",
     "mismatch_k3_kl",
+    "cispo_loss",
+    "gspo_loss",
     "ppo_clip_loss",
     "token_logprobs",
 ]

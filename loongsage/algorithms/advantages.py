@@ -1,7 +1,8 @@
-"""Group-relative advantages (GRPO), and the registry `algorithm.advantage` chooses from.
+"""Advantages from per-episode rewards, and the registry `algorithm.advantage` chooses from:
+grpo, dr_grpo and rloo compare an episode with the others of its group (the responses to one
+prompt); reinforce_pp normalises over the whole batch.
 
-Samples of one prompt sit next to each other: rewards[k*group_size:(k+1)*group_size]
-is group k. Pure tensor code; the controller decides what a group is.
+Pure tensor code; the controller decides what a group is.
 """
 
 from __future__ import annotations
@@ -29,29 +30,82 @@ def grpo_advantages(rewards: Tensor, group_size: int, normalize_std: bool = True
     return advantages.reshape(-1)
 
 
-def grouped_advantages(rewards: Tensor, group_ids: Tensor, normalize_std: bool = True, eps: float = 1e-6) -> Tensor:
-    """`grpo_advantages` for groups named by id instead of by position: groups may be
-    interleaved and of different sizes (an agent episode that crashed before its first model
-    call leaves its group one member short). rewards, group_ids: [N] -> [N]."""
+def grouped_advantages(rewards: Tensor, group_ids: Tensor, normalize_std: bool | None = None, eps: float = 1e-6) -> Tensor:
+    """GRPO (Shao et al. 2024, DeepSeekMath): `grpo_advantages` for groups named by id instead of
+    by position: groups may be interleaved and of different sizes (an agent episode that crashed
+    before its first model call leaves its group one member short). normalize_std: None is on.
+    rewards, group_ids: [N] -> [N]."""
+    normalize_std = True if normalize_std is None else normalize_std
+    return _per_group(rewards, group_ids, lambda group: grpo_advantages(group, group.numel(), normalize_std, eps))
+
+
+def dr_grpo_advantages(rewards: Tensor, group_ids: Tensor, normalize_std: bool | None = None) -> Tensor:
+    """Dr. GRPO (Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical Perspective"):
+    reward minus its group's mean, never divided by the std (which weighs questions by how
+    (un)certain the model is, easy and hard ones most). Its other half is the loss's constant
+    length, algorithm.loss_aggregation=seq_mean_token_sum_norm."""
+    if normalize_std:
+        raise ValueError("Dr. GRPO divides the advantages by no std: normalize_std must be false or unset")
+    return grouped_advantages(rewards, group_ids, normalize_std=False)
+
+
+def rloo_advantages(rewards: Tensor, group_ids: Tensor, normalize_std: bool | None = None, eps: float = 1e-6) -> Tensor:
+    """RLOO (Ahmadian et al. 2024, "Back to Basics: Revisiting REINFORCE Style Optimization for
+    Learning from Human Feedback in LLMs"; Kool et al. 2019): each reward minus the mean of the
+    other rewards of its group, r_i - (sum_j r_j - r_i) / (G - 1) = G / (G - 1) * (r_i - mean).
+    A group of one has no other member to leave out: 0. normalize_std (None: off) also divides
+    by the group's std."""
+
+    def leave_one_out(group: Tensor) -> Tensor:
+        size = group.numel()
+        if size == 1:
+            return torch.zeros_like(group)
+        advantages = grpo_advantages(group, size, normalize_std=False) * size / (size - 1)
+        if normalize_std:
+            advantages = advantages / (_group_std(group.reshape(1, -1)).reshape(-1) + eps)
+        return advantages
+
+    return _per_group(rewards, group_ids, leave_one_out)
+
+
+def reinforce_pp_advantages(rewards: Tensor, group_ids: Tensor, normalize_std: bool | None = None, eps: float = 1e-6) -> Tensor:
+    """REINFORCE++ (Hu 2025, "REINFORCE++: A Simple and Efficient Approach for Aligning Large
+    Language Models"): the return (here the episode's outcome reward) normalised over the whole
+    batch, (r - mean_batch) / std_batch, instead of per group: no group statistics, so it needs
+    no group and a prompt's lone response still learns. normalize_std (None: on) divides by the
+    batch std. `group_ids` is not read. (The KL penalty REINFORCE++ folds into the reward is
+    algorithm.kl_coef here, a loss term.)"""
+    _check_grouped(rewards, group_ids)
+    normalize_std = True if normalize_std is None else normalize_std
+    return grpo_advantages(rewards.float(), rewards.numel(), normalize_std, eps)
+
+
+def _per_group(rewards: Tensor, group_ids: Tensor, estimate) -> Tensor:
+    """`estimate(group's rewards) -> its advantages`, for every group."""
     _check_grouped(rewards, group_ids)
     advantages = torch.zeros_like(rewards, dtype=torch.float32)
     for group in group_ids.unique():
         members = group_ids == group
-        group_rewards = rewards[members].float()
-        advantages[members] = grpo_advantages(group_rewards, group_rewards.numel(), normalize_std, eps)
+        advantages[members] = estimate(rewards[members].float())
     return advantages
 
 
 class AdvantageEstimator(Protocol):
     """What `algorithm.advantage` names: per-sample advantages from per-sample rewards and the
     id of each sample's group. rewards, group_ids: [N] -> float [N]; groups may be interleaved
-    and of different sizes. The controller calls it as `estimator(rewards, group_ids, normalize_std=...)`."""
+    and of different sizes. The controller calls it as `estimator(rewards, group_ids, normalize_std=...)`
+    with algorithm.normalize_std: None leaves the choice to the estimator."""
 
-    def __call__(self, rewards: Tensor, group_ids: Tensor, normalize_std: bool) -> Tensor: ...
+    def __call__(self, rewards: Tensor, group_ids: Tensor, normalize_std: bool | None) -> Tensor: ...
 
 
 ADVANTAGE_ESTIMATORS: Registry[AdvantageEstimator] = Registry("advantage estimator")
 ADVANTAGE_ESTIMATORS.register("grpo", grouped_advantages)
+ADVANTAGE_ESTIMATORS.register("dr_grpo", dr_grpo_advantages)
+ADVANTAGE_ESTIMATORS.register("rloo", rloo_advantages)
+ADVANTAGE_ESTIMATORS.register("reinforce_pp", reinforce_pp_advantages)
+# The estimators that compare an episode with the rest of its group: a group needs two members.
+GROUP_RELATIVE = ("grpo", "dr_grpo", "rloo")
 
 
 def get_advantage(name_or_path: str) -> AdvantageEstimator:

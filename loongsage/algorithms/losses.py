@@ -1,5 +1,5 @@
-"""Token log-probabilities, entropy, aggregation and policy/KL losses, and the registry
-`algorithm.policy_loss` chooses from.
+"""Token log-probabilities, entropy, aggregation and KL estimates: what every objective is
+built from (the policy losses `algorithm.policy_loss` names are in policy_losses.py).
 
 All per-token tensors are [B, T] over response positions; `mask` is 1 where a token is
 trained. Pure tensor code: no Ray, HTTP or config.
@@ -8,14 +8,13 @@ trained. Pure tensor code: no Ray, HTTP or config.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 from torch import Tensor
 
-from loongsage.registry import Registry
-
-AGGREGATION_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum")
+AGGREGATION_MODES = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "seq_mean_token_sum_norm")
+# The modes whose constant divisor is algorithm.loss_norm_length.
+NORMED_MODES = ("seq_mean_token_sum_norm",)
 KL_KINDS = ("k1", "k2", "k3")
 
 
@@ -46,12 +45,17 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     return torch.stack(rows)
 
 
-def masked_aggregate(values: Tensor, mask: Tensor, mode: str, episode_share: Tensor | None = None) -> Tensor:
+def masked_aggregate(
+    values: Tensor, mask: Tensor, mode: str, episode_share: Tensor | None = None, norm_length: int | None = None
+) -> Tensor:
     """Reduce [B, T] values over masked tokens to a scalar.
 
-    token_mean:          sum of all masked values / number of masked tokens
-    seq_mean_token_mean: mean over episodes of each episode's masked-token mean
-    seq_mean_token_sum:  mean over episodes of each episode's masked-token sum
+    token_mean:              sum of all masked values / number of masked tokens
+    seq_mean_token_mean:     mean over episodes of each episode's masked-token mean
+    seq_mean_token_sum:      mean over episodes of each episode's masked-token sum
+    seq_mean_token_sum_norm: seq_mean_token_sum / norm_length, a constant (Dr. GRPO, Liu et al.
+                             2025: dividing by each response's own length favours long wrong
+                             answers; a constant, the generation budget, does not)
     An episode is one sequence, unless `episode_share` [B] says which share of its episode's
     masked tokens each sequence holds (an agent episode exported as several branches, see
     Sample.episode_share): then an episode counts once in the means however many sequences
@@ -61,6 +65,8 @@ def masked_aggregate(values: Tensor, mask: Tensor, mode: str, episode_share: Ten
     """
     if mode not in AGGREGATION_MODES:
         raise ValueError(f"unknown aggregation mode {mode!r}; valid modes: {', '.join(AGGREGATION_MODES)}")
+    if mode in NORMED_MODES and not (norm_length and norm_length > 0):
+        raise ValueError(f"aggregation mode {mode} divides by a constant length: norm_length must be > 0, got {norm_length}")
     keep = mask.bool()
     # where(), not values * mask: padding positions may hold inf/NaN and 0 * inf is NaN.
     masked = torch.where(keep, values, torch.zeros_like(values))
@@ -73,6 +79,8 @@ def masked_aggregate(values: Tensor, mask: Tensor, mode: str, episode_share: Ten
     if mode == "seq_mean_token_mean":
         # A sequence's token mean times its share of the episode: the episode's token mean.
         per_seq = per_seq / counts.clamp(min=1) * episodes
+    elif mode in NORMED_MODES:
+        per_seq = per_seq * has_tokens / norm_length
     else:
         per_seq = per_seq * has_tokens
     # A micro-batch may hold a fraction of an episode: the count is not clamped to 1, only kept off 0.
@@ -82,81 +90,15 @@ def masked_aggregate(values: Tensor, mask: Tensor, mode: str, episode_share: Ten
 @dataclass(frozen=True)
 class Aggregation:
     """How one micro-batch's per-token values become its loss: `masked_aggregate` under `mode`
-    (algorithm.loss_aggregation) with the micro-batch's `episode_share`."""
+    (algorithm.loss_aggregation) with the micro-batch's `episode_share` and, for the normed mode,
+    `norm_length` (algorithm.loss_norm_length)."""
 
     mode: str = "token_mean"
     episode_share: Tensor | None = None
+    norm_length: int | None = None
 
     def __call__(self, values: Tensor, mask: Tensor) -> Tensor:
-        return masked_aggregate(values, mask, self.mode, self.episode_share)
-
-
-def ppo_clip_loss(
-    logprobs: Tensor,
-    old_logprobs: Tensor,
-    advantages: Tensor,
-    mask: Tensor,
-    clip_low: float = 0.2,
-    clip_high: float = 0.28,
-    aggregation: Aggregation = Aggregation(),
-    is_weights: Tensor | None = None,
-) -> tuple[Tensor, dict[str, float]]:
-    """PPO clipped surrogate with DAPO's clip-higher: ratio clipped to
-    [1 - clip_low, 1 + clip_high].
-
-    `advantages` is [B] (one per sequence, broadcast over tokens) or [B, T].
-    clip_frac is the fraction of masked tokens where the clipped branch is strictly
-    larger, i.e. where the token gets no gradient.
-
-    Decoupled PPO: when `old_logprobs` are a proximal policy's rather than the sampling
-    policy's, `is_weights` ([B, T], pi_prox / pi_behav, see off_policy.importance_weights)
-    multiply each token's surrogate; the trust region stays around the proximal policy.
-    """
-    advantages = advantages.detach()
-    if advantages.dim() == 1:
-        advantages = advantages.unsqueeze(-1)
-    ratio = torch.exp(logprobs - old_logprobs.detach())
-    unclipped = -advantages * ratio
-    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    surrogate = torch.maximum(unclipped, clipped)
-    if is_weights is not None:
-        surrogate = surrogate * is_weights.detach()
-    loss = aggregation(surrogate, mask)
-    with torch.no_grad():
-        clip_frac = masked_aggregate((clipped > unclipped).float(), mask, "token_mean")
-        ratio_mean = masked_aggregate(ratio.float(), mask, "token_mean")
-    return loss, {"clip_frac": clip_frac.item(), "ratio_mean": ratio_mean.item()}
-
-
-class PolicyLoss(Protocol):
-    """What `algorithm.policy_loss` names. The trainer calls it with these keywords, whatever
-    the loss reads of them: `old_logprobs` are the proximal policy's, `advantages` [B] or
-    [B, T], `is_weights` [B, T] or None, `aggregation` reduces a [B, T] tensor of per-token
-    terms to the micro-batch's loss (`aggregation(values, mask)`, algorithm.loss_aggregation over
-    episodes: Aggregation). Returns (scalar loss, metrics), and the metrics hold
-    at least "clip_frac" (0.0 for a loss that clips nothing)."""
-
-    def __call__(
-        self,
-        *,
-        logprobs: Tensor,
-        old_logprobs: Tensor,
-        advantages: Tensor,
-        mask: Tensor,
-        clip_low: float,
-        clip_high: float,
-        aggregation: Aggregation,
-        is_weights: Tensor | None,
-    ) -> tuple[Tensor, dict[str, float]]: ...
-
-
-POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
-POLICY_LOSSES.register("ppo_clip", ppo_clip_loss)
-
-
-def get_policy_loss(name_or_path: str) -> PolicyLoss:
-    """The loss `algorithm.policy_loss` names: a registered name or "package.module:function"."""
-    return POLICY_LOSSES.get(name_or_path)
+        return masked_aggregate(values, mask, self.mode, self.episode_share, self.norm_length)
 
 
 def kl_estimate(logprobs: Tensor, ref_logprobs: Tensor, kind: str = "k3") -> Tensor:

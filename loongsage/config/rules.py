@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from loongsage.algorithms.advantages import GROUP_RELATIVE
 from loongsage.algorithms.losses import AGGREGATION_MODES, KL_KINDS
 from loongsage.algorithms.off_policy import IS_LEVELS, IS_MODES
+from loongsage.algorithms.stale_filters import STALE_FILTERS
 from loongsage.algorithms.staleness_windows import build_window
+from loongsage.config.algorithm_rules import algorithm_problems
 from loongsage.config.container import RUNTIMES, container_problems
 from loongsage.config.data_mix import mix_shares
 from loongsage.config.owned_choices import OwnedChoices, choice_problems
@@ -37,12 +40,13 @@ CHOICES = {
     "trainer.dtype": ("float32", "bfloat16"),
     "trainer.weight_sync": OwnedChoices("loongsage.transfer.transport_choice:WEIGHT_SYNCS"),
     "algorithm.advantage": OwnedChoices("loongsage.algorithms.advantages:ADVANTAGE_ESTIMATORS"),
-    "algorithm.policy_loss": OwnedChoices("loongsage.algorithms.losses:POLICY_LOSSES"),
+    "algorithm.policy_loss": OwnedChoices("loongsage.algorithms.policy_losses:POLICY_LOSSES"),
     "algorithm.loss_aggregation": AGGREGATION_MODES,
     "algorithm.kl_kind": KL_KINDS,
     "algorithm.proximal": OwnedChoices("loongsage.training.objective:PROXIMAL_SOURCES"),
     "algorithm.is_level": IS_LEVELS,
     "algorithm.is_mode": IS_MODES,
+    "algorithm.stale_filter": STALE_FILTERS,
     "run.mode": tuple(RUN_MODES),
     "cluster.name": ("local", "slurm"),
     "cluster.container.runtime": RUNTIMES,
@@ -61,6 +65,7 @@ def check(cfg: Config) -> None:
         *_choice_problems(cfg),
         *_range_problems(cfg),
         *sampling_problems(cfg),
+        *algorithm_problems(cfg),
         *_backend_problems(cfg),
         *_unread_setting_problems(cfg),
         *_batch_problems(cfg),
@@ -112,7 +117,7 @@ def _range_problems(cfg: Config) -> list[str]:
             f"trainer.weight_sync_bucket_mb={t.weight_sync_bucket_mb} must be >= 1 (or null: the transport's default)",
         ),
         (t.num_threads >= 1, f"trainer.num_threads={t.num_threads} must be >= 1"),
-        (0 <= a.clip_low < 1, f"algorithm.clip_low={a.clip_low} must be in [0, 1)"),
+        (0 <= a.clip_low <= 1, f"algorithm.clip_low={a.clip_low} must be in [0, 1] (1: no lower bound)"),
         (a.clip_high >= 0, f"algorithm.clip_high={a.clip_high} must be >= 0"),
         (a.kl_coef >= 0, f"algorithm.kl_coef={a.kl_coef} must be >= 0"),
         (a.is_high > 0, f"algorithm.is_high={a.is_high} must be > 0"),
@@ -239,8 +244,11 @@ def _changed_settings(block, prefix: str) -> list[str]:
 def _batch_problems(cfg: Config) -> list[str]:
     r, t = cfg.rollout, cfg.trainer
     problems = []
-    if cfg.algorithm.advantage == "grpo" and r.group_size < 2:
-        problems.append(f"rollout.group_size={r.group_size} must be >= 2 for GRPO (advantages compare responses within a group)")
+    if cfg.algorithm.advantage in GROUP_RELATIVE and r.group_size < 2:
+        problems.append(
+            f"rollout.group_size={r.group_size} must be >= 2 for algorithm.advantage={cfg.algorithm.advantage} (advantages "
+            f"compare responses within a group; reinforce_pp normalises over the batch instead)"
+        )
     samples = r.prompts_per_step * r.group_size
     # Each data-parallel shard splits into mini-batches of whole micro-batches.
     dp = data_parallel_size(t)

@@ -147,12 +147,18 @@ class OpdConfig:
 class AlgorithmConfig:
     # Advantage estimator: a registered name (grpo) or an import path `pkg.module:function`.
     advantage: str = "grpo"
-    normalize_std: bool = True
+    # Divide the advantages by their std; null: the estimator's own choice (grpo, reinforce_pp: yes;
+    # rloo: no; dr_grpo: never, it refuses true).
+    normalize_std: Optional[bool] = None
     # Policy loss: a registered name (ppo_clip) or an import path `pkg.module:function`.
     policy_loss: str = "ppo_clip"
     clip_low: float = 0.2
     clip_high: float = 0.28
+    # token_mean | seq_mean_token_mean | seq_mean_token_sum | seq_mean_token_sum_norm (Dr. GRPO:
+    # each episode's token sum over the constant loss_norm_length). See losses.masked_aggregate.
     loss_aggregation: str = "token_mean"
+    # The constant of seq_mean_token_sum_norm (Dr. GRPO: the generation budget); read by that mode only.
+    loss_norm_length: Optional[int] = None
     kl_coef: float = 0.0
     kl_kind: str = "k3"
     entropy_coef: float = 0.0
@@ -167,6 +173,13 @@ class AlgorithmConfig:
     is_mode: str = "truncate"
     is_low: float = 0.0
     is_high: float = 2.0
+    # Tokens or sequences left out of the policy gradient for staleness, under any policy loss:
+    # none | m2po (mask the batch's most off-policy tokens until the second moment of
+    # log(pi_prox / pi_behav) is <= stale_threshold) | opsm (drop a negative-advantage sequence
+    # whose mean log(pi_behav / pi_theta) exceeds stale_threshold). See algorithms/stale_filters.py.
+    stale_filter: str = "none"
+    # null: the filter's reference value (m2po 0.04, opsm 0.1); read only with a stale filter.
+    stale_threshold: Optional[float] = None
     # R3, for a mixture-of-experts policy: the trainer routes each token to the experts the engine
     # routed it to (in the update's forward and in recompute), weighted by its own router's
     # probabilities of them. train/routing_mismatch is logged either way.

@@ -28,7 +28,7 @@ def episode_of(sample: Sample, index: int) -> Hashable:
     return sample.metadata.get("trajectory_id", ("sample", index))
 
 
-def assign_episodes(samples: list[Sample], estimator: AdvantageEstimator, normalize_std: bool) -> None:
+def assign_episodes(samples: list[Sample], estimator: AdvantageEstimator, normalize_std: bool | None) -> None:
     """Set each sample's `advantage` (its episode's, within the episode's group) and `episode_share`."""
     episodes = [episode_of(sample, index) for index, sample in enumerate(samples)]
     first: dict[Hashable, Sample] = {}

@@ -66,9 +66,10 @@ class PackedBatch:
     def num_sequences(self) -> int:
         return self.input_ids.shape[0]
 
-    def aggregation(self, mode: str) -> Aggregation:
-        """How this micro-batch's per-token values become its loss under `mode`."""
-        return Aggregation(mode, self.episode_share)
+    def aggregation(self, mode: str, norm_length: int | None = None) -> Aggregation:
+        """How this micro-batch's per-token values become its loss under `mode` (and, for the
+        normed mode, `norm_length`)."""
+        return Aggregation(mode, self.episode_share, norm_length)
 
     def to(self, device) -> PackedBatch:
         """The same batch with its tensors on `device` (a no-op where they already are)."""

@@ -34,12 +34,16 @@ class StepMetrics:
         "tokens",
         "routing_mismatched",
         "routing_compared",
+        "stale_filtered",
+        "stale_considered",
         *IS_MEANS,
     )
 
-    def __init__(self, with_kl: bool, with_is: bool = False, group: dist.ProcessGroup | None = None):
-        """`group`: the data-parallel ranks the batch is spread over (None: all ranks)."""
+    def __init__(self, with_kl: bool, with_is: bool = False, group: dist.ProcessGroup | None = None, with_stale: bool = False):
+        """`group`: the data-parallel ranks the batch is spread over (None: all ranks); `with_stale`:
+        report train/stale_filtered_frac (algorithm.stale_filter)."""
         self.group = group
+        self.with_stale = with_stale
         self.values = dict.fromkeys(self.KEYS, 0.0)
         self.grad_norm = 0.0
         self.with_kl, self.with_is = with_kl, with_is
@@ -60,6 +64,8 @@ class StepMetrics:
         v["clip_frac"] += result.clip_frac * token_weight
         tokens = float(micro.loss_mask.sum())
         v["tokens"] += tokens
+        v["stale_filtered"] += result.stale_filtered
+        v["stale_considered"] += tokens
         if result.is_stats:
             self._add_is(result.is_stats, token_weight, tokens)
         if micro.rollout_logprobs is None:
@@ -67,6 +73,11 @@ class StepMetrics:
         train_logprobs = result.logprobs if old is None else old
         v["mismatch_k3_kl"] += mismatch_k3_kl(train_logprobs, micro.rollout_logprobs, micro.loss_mask).item() * tokens
         v["mismatch_tokens"] += tokens
+
+    def add_stale_masked(self, tokens: float) -> None:
+        """Trained tokens taken out of the loss masks before the step (m2po): filtered, and considered."""
+        self.values["stale_filtered"] += tokens
+        self.values["stale_considered"] += tokens
 
     def add_routing(self, count: RoutingCount) -> None:
         """Token x layer top-k sets the trainer routed otherwise than the engine, over those compared."""
@@ -105,6 +116,8 @@ class StepMetrics:
             metrics["train/gkd_divergence"] = total["distill"] / num_minis
         if self.with_is:
             metrics.update(self._reduce_is(total, num_minis))
+        if self.with_stale:
+            metrics["train/stale_filtered_frac"] = total["stale_filtered"] / max(total["stale_considered"], 1.0)
         return metrics
 
     def _reduce_is(self, total: dict[str, float], num_minis: int) -> dict[str, float]:

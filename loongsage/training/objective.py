@@ -8,8 +8,10 @@ import torch
 from torch import Tensor
 
 from loongsage.algorithms.distill import gkd_divergence
-from loongsage.algorithms.losses import get_policy_loss, kl_estimate, masked_aggregate
+from loongsage.algorithms.losses import kl_estimate, masked_aggregate
 from loongsage.algorithms.off_policy import importance_weights, interpolated_proximal_logprobs
+from loongsage.algorithms.policy_losses import get_policy_loss
+from loongsage.algorithms.stale_filters import DEFAULT_THRESHOLDS, filtered_tokens, opsm_keep
 from loongsage.config.schema import AlgorithmConfig
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch
@@ -28,6 +30,7 @@ class MicroObjective:
     kl: float
     is_stats: dict[str, float] = field(default_factory=dict)  # importance_weights' stats; empty without IS
     distill: float = 0.0  # the GKD divergence to the teachers (algorithm.opd.style=gkd); 0 without
+    stale_filtered: float = 0.0  # trained tokens algorithm.stale_filter=opsm dropped (m2po masks before: 0 here)
 
 
 def micro_objective(
@@ -46,7 +49,7 @@ def micro_objective(
     pi_prox / pi_behav for the staleness of the weights that sampled it.
     `policy_versions` = (proximal, current) weight versions, read by proximal=interpolate.
     """
-    mask, aggregate = batch.loss_mask, batch.aggregation(algo.loss_aggregation)
+    mask, aggregate = batch.loss_mask, batch.aggregation(algo.loss_aggregation, algo.loss_norm_length)
     logprobs = scores.logprobs(batch.targets)
     proximal = _proximal(logprobs.detach(), batch, old_logprobs, algo.proximal, policy_versions)
     is_weights, is_stats = None, {}
@@ -54,6 +57,11 @@ def micro_objective(
         is_weights, is_stats = importance_weights(
             proximal, batch.rollout_logprobs, mask, algo.is_level, algo.is_mode, algo.is_low, algo.is_high
         )
+    stale_filtered = 0.0
+    if algo.stale_filter == "opsm":
+        keep = opsm_keep(logprobs.detach(), batch.rollout_logprobs, batch.advantages, mask, stale_threshold(algo))
+        stale_filtered = filtered_tokens(mask, keep)
+        is_weights = keep if is_weights is None else is_weights * keep
     pg_loss, info = get_policy_loss(algo.policy_loss)(
         logprobs=logprobs,
         old_logprobs=proximal,
@@ -86,7 +94,13 @@ def micro_objective(
         kl=kl.item(),
         is_stats=is_stats,
         distill=distill.item(),
+        stale_filtered=stale_filtered,
     )
+
+
+def stale_threshold(algo: AlgorithmConfig) -> float:
+    """algorithm.stale_threshold, or the stale filter's reference value when unset."""
+    return DEFAULT_THRESHOLDS[algo.stale_filter] if algo.stale_threshold is None else algo.stale_threshold
 
 
 def _gkd_divergence(scores: TokenScores, batch: PackedBatch, algo: AlgorithmConfig) -> Tensor:
@@ -132,6 +146,8 @@ def check_off_policy_inputs(samples: list[Sample], algo: AlgorithmConfig, policy
         needs.append((f"algorithm.proximal={algo.proximal}", "response_logprobs", "rollout logprobs"))
     if algo.is_level != "none":
         needs.append((f"algorithm.is_level={algo.is_level}", "response_logprobs", "rollout logprobs"))
+    if algo.stale_filter != "none":
+        needs.append((f"algorithm.stale_filter={algo.stale_filter}", "response_logprobs", "rollout logprobs"))
     if algo.proximal == "interpolate":
         needs.append(("algorithm.proximal=interpolate", "weight_versions", "weight versions"))
         if policy_version is None:

@@ -8,7 +8,8 @@ import inspect
 import pytest
 import torch
 
-from loongsage.algorithms.losses import POLICY_LOSSES, Aggregation, PolicyLoss
+from loongsage.algorithms.losses import Aggregation
+from loongsage.algorithms.policy_losses import POLICY_LOSSES, PolicyLoss
 from tests.plugin_contracts.call_shapes import ANY, accepts
 
 KEYWORDS = [name for name in inspect.signature(PolicyLoss.__call__).parameters if name != "self"]

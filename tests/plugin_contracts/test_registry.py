@@ -17,7 +17,7 @@ REGISTRIES = [
     "loongsage.agentflow.router.chat_format:CHAT_FORMATS",
     "loongsage.models.registry:MODELS",
     "loongsage.algorithms.advantages:ADVANTAGE_ESTIMATORS",
-    "loongsage.algorithms.losses:POLICY_LOSSES",
+    "loongsage.algorithms.policy_losses:POLICY_LOSSES",
     "loongsage.training.backends:TRAIN_BACKENDS",
     "loongsage.inference.engines:ENGINES",
 ]

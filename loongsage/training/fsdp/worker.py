@@ -31,7 +31,7 @@ from loongsage.training.fsdp.parallel import (
 from loongsage.training.fsdp.router_replay import HfRouting
 from loongsage.training.load_balancing import layers_load_balancing_loss
 from loongsage.training.metrics import StepMetrics
-from loongsage.training.objective import check_off_policy_inputs, micro_objective, supervised_objective
+from loongsage.training.objective import check_off_policy_inputs, micro_objective, stale_threshold, supervised_objective
 from loongsage.training.rank_process import (
     TrainRank,
     join_process_group,
@@ -40,6 +40,7 @@ from loongsage.training.rank_process import (
 from loongsage.training.router_settings import refuse_without_experts
 from loongsage.training.routing_replay import RoutingCount, check_routes
 from loongsage.training.shares import global_shares
+from loongsage.training.stale_mask import m2po_masked
 from loongsage.training.token_scores import FullVocabScores
 from loongsage.transfer.source_routes import SourceReport
 
@@ -86,11 +87,17 @@ class TrainWorker(TrainRank):
         # the update's own forward pass yields the old logprobs (see micro_objective).
         # Otherwise recompute takes them all now, before the first update moves the weights;
         # behaviour and interpolate need no such pass (sparing it is interpolate's point).
-        recompute = len(minis) > 1 and self.algo.proximal == "recompute"
+        # M2PO cuts over the whole batch, so it needs every proximal logprob before the first update.
+        recompute = (len(minis) > 1 or self.algo.stale_filter == "m2po") and self.algo.proximal == "recompute"
         olds = [self._logprobs(self.model, mini) if recompute else None for mini in minis]
         refs = [self._logprobs(self.ref_model, mini) if self.ref_model is not None else None for mini in minis]
         lr = self.scheduler.get_last_lr()[0]
-        sums = StepMetrics(with_kl=self.ref_model is not None, with_is=self.algo.is_level != "none")
+        sums = StepMetrics(
+            with_kl=self.ref_model is not None, with_is=self.algo.is_level != "none", with_stale=self.algo.stale_filter != "none"
+        )
+        if self.algo.stale_filter == "m2po":
+            minis, masked = m2po_masked(minis, olds, stale_threshold(self.algo))
+            sums.add_stale_masked(masked)
         for index, (mini, old, ref) in enumerate(zip(minis, olds, refs)):
             # Mini-batch k trains weights k / len(minis) of the way to the next version.
             versions = None if policy_version is None else (policy_version, policy_version + index / len(minis))

@@ -29,7 +29,7 @@ from loongsage.training.megatron.parallel import destroy_model_parallel, init_mo
 from loongsage.training.megatron.router_replay import MegatronRouting
 from loongsage.training.megatron.schedule import run_micro_batches
 from loongsage.training.metrics import StepMetrics
-from loongsage.training.objective import check_off_policy_inputs, micro_objective, supervised_objective
+from loongsage.training.objective import check_off_policy_inputs, micro_objective, stale_threshold, supervised_objective
 from loongsage.training.rank_process import (
     TrainRank,
     join_process_group,
@@ -39,6 +39,7 @@ from loongsage.training.router_settings import refuse_without_experts
 from loongsage.training.routing_replay import RoutingCount, check_routes
 from loongsage.training.settings import train_ranks
 from loongsage.training.shares import global_shares
+from loongsage.training.stale_mask import m2po_masked
 from loongsage.transfer.source_routes import SourceReport
 
 ROUTER_WEIGHT = ".mlp.router.weight"  # megatron's name of each MoE layer's router (weight_layout.moe_rules)
@@ -72,12 +73,17 @@ class MegatronWorker(TrainRank):
         check_routes(samples, self.algo.routing_replay)
         minis = [self._pack(mini) for mini in split_even(samples, self.trainer.mini_batches, "trainer.mini_batches")]
         # Why recompute is skipped for a single mini-batch: see the HF backend's train_step.
-        recompute = len(minis) > 1 and self.algo.proximal == "recompute"
+        recompute = (len(minis) > 1 or self.algo.stale_filter == "m2po") and self.algo.proximal == "recompute"
         olds = [self._logprobs(self.model, mini) if recompute else None for mini in minis]
         refs = [self._logprobs(self.ref_model, mini) if self.ref_model is not None else None for mini in minis]
         lr = self.trainer.lr * self.warmup(self.step)
         set_lr(self.optimizer, lr)
-        sums = self._step_metrics(with_kl=self.ref_model is not None, with_is=self.algo.is_level != "none")
+        sums = self._step_metrics(
+            with_kl=self.ref_model is not None, with_is=self.algo.is_level != "none", with_stale=self.algo.stale_filter != "none"
+        )
+        if self.algo.stale_filter == "m2po" and self.layout.is_last_stage:  # only the last stage has logprobs
+            minis, masked = m2po_masked(minis, olds, stale_threshold(self.algo), self.layout.dp_cpu_group)
+            sums.add_stale_masked(masked)
         for index, (mini, old, ref) in enumerate(zip(minis, olds, refs)):
             versions = None if policy_version is None else (policy_version, policy_version + index / len(minis))
             self._optimizer_step(mini, old, ref, sums, policy_versions=versions)
@@ -203,9 +209,9 @@ class MegatronWorker(TrainRank):
         dist.broadcast_object_list(box, src=last, group=self.layout.pp_group)
         return box[0]
 
-    def _step_metrics(self, with_kl: bool, with_is: bool = False) -> StepMetrics:
+    def _step_metrics(self, with_kl: bool, with_is: bool = False, with_stale: bool = False) -> StepMetrics:
         # Tensor-parallel peers hold the same values: the batch is spread over data-parallel ranks only.
-        return StepMetrics(with_kl=with_kl, with_is=with_is, group=self.layout.dp_cpu_group)
+        return StepMetrics(with_kl=with_kl, with_is=with_is, group=self.layout.dp_cpu_group, with_stale=with_stale)
 
     def _engine_routes(self, count: RoutingCount | None = None):
         """Per micro-batch, the context its forward runs in: its engine routes, for a policy with experts."""

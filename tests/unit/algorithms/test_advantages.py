@@ -3,7 +3,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from loongsage.algorithms.advantages import group_reward_std, grpo_advantages
+from loongsage.algorithms.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    dr_grpo_advantages,
+    group_reward_std,
+    grouped_advantages,
+    grpo_advantages,
+    reinforce_pp_advantages,
+    rloo_advantages,
+)
 
 
 def test_grpo_normalized_by_unbiased_group_std():
@@ -71,3 +79,44 @@ def test_grouped_advantages_by_id_match_positional_groups_and_allow_uneven_group
     assert grouped_advantages(torch.tensor([1.0, 1.0]), torch.tensor([0, 0])).tolist() == [0.0, 0.0]
     with pytest.raises(ValueError, match="same 1-D shape"):
         grouped_advantages(rewards, ids[:2])
+
+
+# Two interleaved groups of uneven size: group 5 holds 1, 0, 0 (mean 1/3), group 2 holds 3, 1 (mean 2).
+UNEVEN_REWARDS = torch.tensor([1.0, 3.0, 0.0, 1.0, 0.0])
+UNEVEN_GROUPS = torch.tensor([5, 2, 5, 2, 5])
+
+
+def test_dr_grpo_is_mean_centred_and_refuses_a_std():
+    adv = dr_grpo_advantages(UNEVEN_REWARDS, UNEVEN_GROUPS)
+    torch.testing.assert_close(adv, torch.tensor([2 / 3, 1.0, -1 / 3, -1.0, -1 / 3]))
+    with pytest.raises(ValueError, match="Dr. GRPO divides the advantages by no std"):
+        dr_grpo_advantages(UNEVEN_REWARDS, UNEVEN_GROUPS, normalize_std=True)
+
+
+def test_rloo_leaves_each_reward_out_of_its_own_baseline():
+    adv = rloo_advantages(UNEVEN_REWARDS, UNEVEN_GROUPS)
+    # group 5: 1 - (0 + 0) / 2 = 1, 0 - (1 + 0) / 2 = -0.5 (twice); group 2: 3 - 1 = 2, 1 - 3 = -2
+    torch.testing.assert_close(adv, torch.tensor([1.0, 2.0, -0.5, -2.0, -0.5]))
+    # with the std: group 5's unbiased std sqrt(1/3) = 0.577350, group 2's sqrt(2) = 1.414214
+    scaled = rloo_advantages(UNEVEN_REWARDS, UNEVEN_GROUPS, normalize_std=True)
+    torch.testing.assert_close(scaled, torch.tensor([1.732051, 1.414214, -0.866025, -1.414214, -0.866025]), atol=1e-5, rtol=0)
+
+
+def test_rloo_of_a_lone_or_constant_group_is_zero():
+    adv = rloo_advantages(torch.tensor([4.0, 1.0, 1.0]), torch.tensor([0, 1, 1]))
+    assert adv.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_reinforce_pp_normalises_over_the_whole_batch_ignoring_groups():
+    adv = reinforce_pp_advantages(UNEVEN_REWARDS, UNEVEN_GROUPS)
+    # batch mean 1, deviations 0, 2, -1, 0, -1; unbiased std sqrt(6 / 4) = 1.224745
+    torch.testing.assert_close(adv, torch.tensor([0.0, 1.632993, -0.816497, 0.0, -0.816497]), atol=1e-5, rtol=0)
+    centred = reinforce_pp_advantages(UNEVEN_REWARDS, torch.zeros(5, dtype=torch.long), normalize_std=False)
+    torch.testing.assert_close(centred, torch.tensor([0.0, 2.0, -1.0, 0.0, -1.0]))
+    # every prompt answered once (groups of one) still learns, unlike grpo
+    assert reinforce_pp_advantages(UNEVEN_REWARDS, torch.arange(5)).abs().sum() > 0
+
+
+def test_registry_names_every_estimator():
+    assert {"grpo", "dr_grpo", "rloo", "reinforce_pp"} <= set(ADVANTAGE_ESTIMATORS)
+    assert ADVANTAGE_ESTIMATORS["grpo"] is grouped_advantages

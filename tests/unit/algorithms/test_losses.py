@@ -11,9 +11,9 @@ from loongsage.algorithms.losses import (
     kl_estimate,
     masked_aggregate,
     mismatch_k3_kl,
-    ppo_clip_loss,
     token_logprobs,
 )
+from loongsage.algorithms.policy_losses import ppo_clip_loss
 
 LN2 = 0.693147
 
@@ -171,3 +171,15 @@ def test_token_logprobs_gradient_is_onehot_minus_softmax():
     logits = torch.tensor([[[0.0, 0.0, LN2]]], requires_grad=True)
     token_logprobs(logits, torch.tensor([[2]])).sum().backward()
     torch.testing.assert_close(logits.grad, torch.tensor([[[-0.25, -0.25, 0.5]]]), atol=1e-6, rtol=0)
+
+
+def test_seq_mean_token_sum_norm_divides_each_sum_by_a_constant_length():
+    values = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    # sums 3 and 4 over the constant 10 (not their lengths 2 and 1), mean over the 2 sequences
+    assert masked_aggregate(values, mask, "seq_mean_token_sum_norm", norm_length=10).item() == pytest.approx(0.35)
+    # an episode split into two branches (shares 2/3, 1/3) counts once: (3 + 4) / 10 / 1
+    share = torch.tensor([2 / 3, 1 / 3])
+    assert Aggregation("seq_mean_token_sum_norm", share, 10)(values, mask).item() == pytest.approx(0.7)
+    with pytest.raises(ValueError, match="norm_length must be > 0"):
+        masked_aggregate(values, mask, "seq_mean_token_sum_norm")

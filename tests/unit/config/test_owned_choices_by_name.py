@@ -21,8 +21,8 @@ def configured(key: str, value: str) -> Config:
     [
         ("rollout.engine", "vllm", "embedded, sglang"),
         ("trainer.backend", "deepspeed", "fsdp, megatron"),
-        ("algorithm.advantage", "rloo", "grpo"),
-        ("algorithm.policy_loss", "gspo", "ppo_clip"),
+        ("algorithm.advantage", "vtrace", "dr_grpo, grpo, reinforce_pp, rloo"),
+        ("algorithm.policy_loss", "sapo", "cispo, gspo, ppo_clip"),
     ],
 )
 def test_an_unregistered_name_is_named_with_the_field_and_the_choices(key, value, known):
@@ -34,7 +34,7 @@ def test_an_unregistered_name_is_named_with_the_field_and_the_choices(key, value
     ("key", "path"),
     [
         ("algorithm.advantage", "loongsage.algorithms.advantages:grouped_advantages"),
-        ("algorithm.policy_loss", "loongsage.algorithms.losses:ppo_clip_loss"),
+        ("algorithm.policy_loss", "loongsage.algorithms.policy_losses:ppo_clip_loss"),
         ("trainer.backend", "loongsage.training.fsdp.worker:TrainWorker"),
     ],
 )

@@ -29,3 +29,31 @@ def test_the_recipe_composes_passes_the_rules_and_builds_its_agent(recipe):
 
 def test_every_black_box_recipe_is_here():
     assert {"blackbox_opencode", "blackbox_swe", "blackbox_codex", "blackbox_claude_code"} <= set(RECIPES)
+
+
+ALGORITHMS = sorted(path.stem for path in (RECIPES_DIR / "algorithm").glob("*.yaml"))
+
+
+def _flat(node, prefix: str = "") -> dict:
+    if not hasattr(node, "__dataclass_fields__"):
+        return {prefix: node}
+    flat = {}
+    for name in node.__dataclass_fields__:
+        flat.update(_flat(getattr(node, name), f"{prefix}.{name}" if prefix else name))
+    return flat
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_an_algorithm_group_changes_only_the_algorithm(algorithm):
+    plain = _flat(compose_config("recipe=math_grpo"))
+    swapped = _flat(compose_config("recipe=math_grpo", f"algorithm={algorithm}"))
+    changed = {key for key in plain if plain[key] != swapped[key]}
+    assert all(key.startswith("algorithm.") for key in changed), changed
+    assert changed or algorithm == "grpo"  # math_grpo is grpo
+
+
+def test_an_algorithm_group_is_a_base_the_command_line_tunes():
+    cfg = compose_config("recipe=math_grpo", "algorithm=dr_grpo", "algorithm.loss_norm_length=64")
+    assert (cfg.algorithm.advantage, cfg.algorithm.loss_norm_length) == ("dr_grpo", 64)
+    assert compose_config("recipe=math_grpo", "algorithm=dr_grpo").algorithm.loss_norm_length == 40  # rollout.max_new_tokens
+    assert {"grpo", "dr_grpo", "rloo", "reinforce_pp", "gspo", "cispo", "m2po", "opsm", "icepop"} <= set(ALGORITHMS)

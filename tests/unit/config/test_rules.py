@@ -35,9 +35,14 @@ def test_wrong_type_is_refused_by_name():
     assert "run.steps" in str(error.value.__cause__)
 
 
-def test_grpo_needs_a_group():
-    with pytest.raises(ConfigError, match=r"rollout.group_size=1 must be >= 2 for GRPO"):
-        compose_config("rollout.group_size=1", "trainer.micro_batch_size=1")
+@pytest.mark.parametrize("advantage", ["grpo", "dr_grpo", "rloo"])
+def test_group_relative_advantages_need_a_group(advantage):
+    with pytest.raises(ConfigError, match=rf"rollout.group_size=1 must be >= 2 for algorithm.advantage={advantage}"):
+        compose_config("rollout.group_size=1", "trainer.micro_batch_size=1", f"algorithm.advantage={advantage}")
+
+
+def test_reinforce_pp_needs_no_group():
+    compose_config("rollout.group_size=1", "trainer.micro_batch_size=1", "algorithm.advantage=reinforce_pp")
 
 
 def test_batch_divisibility_names_every_field_with_arithmetic():

@@ -68,7 +68,7 @@ def batch_loss(samples: list[Sample], mode: str, micro_batch_size: int) -> float
     loss = 0.0
     for share, micro in zip(global_shares(micros, mode), micros):
         values = micro.advantages * (micro.targets.float() / 10.0).sin()
-        loss += share * micro.aggregation(mode)(values, micro.loss_mask).item()
+        loss += share * micro.aggregation(mode, norm_length=16)(values, micro.loss_mask).item()
     return loss
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from loongsage.algorithms.losses import ppo_clip_loss, token_logprobs
+from loongsage.algorithms.losses import token_logprobs
+from loongsage.algorithms.policy_losses import ppo_clip_loss
 from loongsage.config.schema import AlgorithmConfig
 from loongsage.training.batch import PackedBatch
 from loongsage.training.objective import micro_objective

@@ -65,15 +65,20 @@ def test_every_layout_takes_the_single_rank_step(layout, single_rank, tiny_model
         assert got == pytest.approx(expected, abs=1e-5)
 
 
-def test_single_rank_step_equals_the_hf_backend(single_rank, tiny_model_path):
+def hf_step(model_path, algo: AlgorithmConfig) -> dict:
+    """The HF backend's metrics for one step on SAMPLES, in one rank."""
     from loongsage.training.fsdp import TrainWorker
 
-    hf = TrainWorker(tiny_model_path, TrainerConfig(micro_batch_size=2, lr=1e-3, max_grad_norm=UNCLIPPED), ALGO, 0, 0)
+    hf = TrainWorker(model_path, TrainerConfig(micro_batch_size=2, lr=1e-3, max_grad_norm=UNCLIPPED), algo, 0, 0)
     hf.setup(*hf.rendezvous_address())
     try:
-        metrics = hf.train_step(SAMPLES)
+        return hf.train_step(SAMPLES)
     finally:
         hf.close()
+
+
+def test_single_rank_step_equals_the_hf_backend(single_rank, tiny_model_path):
+    metrics = hf_step(tiny_model_path, ALGO)
     for key in METRICS_COMPARED:
         assert single_rank["metrics"][key] == pytest.approx(metrics[key], rel=1e-5, abs=1e-7), key
 
@@ -175,3 +180,14 @@ def test_pipeline_stages_take_the_single_rank_step(single_rank, tiny_model_path,
     for name, expected in single_rank["grads"].items():
         scale = expected.abs().max().item()
         torch.testing.assert_close(ranks[0]["grads"][name], expected, rtol=1e-5, atol=1e-6 * scale, msg=name)
+
+
+def test_m2po_cuts_once_over_every_data_parallel_rank(tiny_model_path, tmp_path):
+    """The cutoff is the whole batch's: two data-parallel ranks mask what the HF backend masks on
+    all of it in one rank (per-rank cutoffs would mask otherwise: the ranks' log-ratios differ)."""
+    algo = AlgorithmConfig(stale_filter="m2po", stale_threshold=0.02)
+    expected = hf_step(tiny_model_path, algo)
+    assert 0.0 < expected["train/stale_filtered_frac"] < 1.0
+    for result in run_ranks(tiny_model_path, trainer(dp=2), one_step, tmp_path, algo):
+        for key in (*METRICS_COMPARED, "train/stale_filtered_frac"):
+            assert result["metrics"][key] == pytest.approx(expected[key], rel=1e-5, abs=1e-7), key

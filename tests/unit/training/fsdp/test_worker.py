@@ -274,3 +274,43 @@ def test_off_policy_settings_name_what_a_sample_lacks(algo, policy_version, miss
     with pytest.raises(ValueError, match=message):
         check_off_policy_inputs(samples, algo, policy_version)
     check_off_policy_inputs(samples, AlgorithmConfig(), None)  # recompute, no IS: nothing needed
+
+
+def test_m2po_step_equals_training_on_the_samples_it_keeps(make_worker):
+    trainer = TrainerConfig(micro_batch_size=3, lr=1e-3)
+    kept = make_worker(trainer)
+    samples = with_own_logprobs(kept, random_samples(6))
+    expected_grads = capture_grads(kept)
+    expected = kept.train_step(samples[:4])  # token_mean over only the on-policy samples' tokens
+    # The last two were sampled by weights one nat away on every token: a second moment of 1 over
+    # their tokens, far above 0.04 however many on-policy tokens (log-ratio 0) dilute it.
+    for sample in samples[4:]:
+        sample.response_logprobs = [value - 1.0 for value in sample.response_logprobs]
+    worker = make_worker(trainer, AlgorithmConfig(stale_filter="m2po"))
+    grads = capture_grads(worker)
+    metrics = worker.train_step(samples)
+    stale_tokens = sum(sum(sample.loss_mask) for sample in samples[4:])
+    assert metrics["train/stale_filtered_frac"] == pytest.approx(stale_tokens / sum(sum(s.loss_mask) for s in samples))
+    assert metrics["train/tokens"] == expected["train/tokens"]
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, expected_grads[name], rtol=1e-4, atol=1e-7, msg=name)
+
+
+def test_opsm_drops_diverged_negative_episodes_and_keeps_the_denominator(make_worker):
+    trainer = TrainerConfig(micro_batch_size=2, lr=1e-3)
+    reference = make_worker(trainer)
+    samples = with_own_logprobs(reference, random_samples(4), shift=0.5)  # mean log(pi_behav / pi_theta) 0.5 > 0.1
+    for sample, advantage in zip(samples, [1.0, -1.0, 0.5, -2.0]):
+        sample.advantage = advantage
+    # Dropping a sequence is training it with advantage 0: same tokens in the denominator.
+    zeroed = [Sample(**{**vars(s), "advantage": max(s.advantage, 0.0)}) for s in samples]
+    expected_grads = capture_grads(reference)
+    expected = reference.train_step(zeroed)
+    worker = make_worker(trainer, AlgorithmConfig(stale_filter="opsm"))
+    grads = capture_grads(worker)
+    metrics = worker.train_step(samples)
+    dropped = sum(sum(s.loss_mask) for s in samples[1::2])
+    assert metrics["train/stale_filtered_frac"] == pytest.approx(dropped / sum(sum(s.loss_mask) for s in samples))
+    assert metrics["train/tokens"] == expected["train/tokens"]
+    for name, grad in grads.items():
+        torch.testing.assert_close(grad, expected_grads[name], rtol=1e-4, atol=1e-7, msg=name)
