@@ -13,8 +13,9 @@ if TYPE_CHECKING:
 class Sample:
     """One prompt and one sampled response, with everything training needs to score it.
 
-    Per-token lists (`response_logprobs`, `loss_mask`, `weight_versions`, and a teacher's
-    `token_advantages`, `teacher_top_ids`, `teacher_top_logprobs`) run over `response_ids`.
+    Per-token lists (`response_logprobs`, `loss_mask`, `weight_versions`, a teacher's or the
+    critic's `token_advantages`, the critic's `values` and `returns`, `teacher_top_ids`,
+    `teacher_top_logprobs`) run over `response_ids`.
     In the trainer the sequence is `prompt_ids + response_ids`, and the logprob of response
     token j is predicted from the position just before it.
     """
@@ -29,6 +30,10 @@ class Sample:
     # On-policy distillation (loongsage.teachers), empty without a teacher. PG style: added to
     # `advantage` token by token. GKD style: the teacher's top-k ids and log-probs at each token.
     token_advantages: list[float] = field(default_factory=list)
+    # With a critic (algorithm.advantage=gae): its value of each response token at rollout, and the
+    # return each is trained toward (0 on tokens the loss does not train); empty without one.
+    values: list[float] = field(default_factory=list)
+    returns: list[float] = field(default_factory=list)
     teacher_top_ids: list[list[int]] = field(default_factory=list)
     teacher_top_logprobs: list[list[float]] = field(default_factory=list)
     # An MoE policy's routing as the engine ran it (R3): int32 [num_tokens - 1, layers * top_k], row i

@@ -3,13 +3,64 @@ with the reason; everything else composes (tests/unit/config/test_algorithm_rule
 
 from __future__ import annotations
 
+from loongsage.algorithms.advantages import ADVANTAGE_ESTIMATORS
+from loongsage.algorithms.critic import CRITIC_ESTIMATORS, reads_critic
 from loongsage.algorithms.losses import NORMED_MODES
-from loongsage.config.schema import AlgorithmConfig, Config
+from loongsage.config.owned_choices import choice_problems
+from loongsage.config.schema import AlgorithmConfig, Config, CriticConfig
 
 
 def algorithm_problems(cfg: Config) -> list[str]:
     a = cfg.algorithm
-    return [*_stale_filter_problems(a), *_behaviour_anchor_problems(a), *_dr_grpo_problems(a), *_norm_length_problems(a)]
+    return [
+        *_advantage_problems(a),
+        *_critic_problems(cfg),
+        *_stale_filter_problems(a),
+        *_behaviour_anchor_problems(a),
+        *_dr_grpo_problems(a),
+        *_norm_length_problems(a),
+    ]
+
+
+def _advantage_problems(a: AlgorithmConfig) -> list[str]:
+    """An outcome estimator (registered, or by import path) or a critic's."""
+    if reads_critic(a.advantage):
+        return []
+    problems = choice_problems("algorithm.advantage", a.advantage, ADVANTAGE_ESTIMATORS)
+    return [f"{problem}; with a critic: {', '.join(sorted(CRITIC_ESTIMATORS))}" for problem in problems]
+
+
+# The critic's settings and their defaults: what only a critic reads.
+_CRITIC_ALGORITHM_SETTINGS = ("gamma", "lam", "value_clip")
+
+
+def _critic_problems(cfg: Config) -> list[str]:
+    a, critic = cfg.algorithm, cfg.trainer.critic
+    if not reads_critic(a.advantage):
+        defaults = AlgorithmConfig()
+        changed = [f"algorithm.{name}" for name in _CRITIC_ALGORITHM_SETTINGS if getattr(a, name) != getattr(defaults, name)]
+        changed += [
+            f"trainer.critic.{name}" for name in vars(CriticConfig()) if getattr(critic, name) != getattr(CriticConfig(), name)
+        ]
+        if not changed:
+            return []
+        return [
+            f"{', '.join(changed)} is read only by a critic: set algorithm.advantage to a critic's estimator "
+            f"({', '.join(sorted(CRITIC_ESTIMATORS))}), or leave it at the default"
+        ]
+    problems = [
+        f"algorithm.{name}={getattr(a, name)} must be in [0, 1]" for name in ("gamma", "lam") if not 0 <= getattr(a, name) <= 1
+    ]
+    if a.value_clip <= 0:
+        problems.append(f"algorithm.value_clip={a.value_clip} must be > 0")
+    if critic.lr <= 0:
+        problems.append(f"trainer.critic.lr={critic.lr} must be > 0")
+    if cfg.trainer.backend != "fsdp":
+        problems.append(
+            f"algorithm.advantage={a.advantage} trains a critic, which trainer.backend={cfg.trainer.backend} does not "
+            f"have yet (only trainer.backend=fsdp): use trainer.backend=fsdp, or an outcome estimator"
+        )
+    return problems
 
 
 def _dr_grpo_problems(a: AlgorithmConfig) -> list[str]:

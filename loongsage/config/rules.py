@@ -39,7 +39,6 @@ CHOICES = {
     "trainer.strategy": OwnedChoices("loongsage.training.fsdp.parallel:STRATEGIES"),
     "trainer.dtype": ("float32", "bfloat16"),
     "trainer.weight_sync": OwnedChoices("loongsage.transfer.transport_choice:WEIGHT_SYNCS"),
-    "algorithm.advantage": OwnedChoices("loongsage.algorithms.advantages:ADVANTAGE_ESTIMATORS"),
     "algorithm.policy_loss": OwnedChoices("loongsage.algorithms.policy_losses:POLICY_LOSSES"),
     "algorithm.loss_aggregation": AGGREGATION_MODES,
     "algorithm.kl_kind": KL_KINDS,

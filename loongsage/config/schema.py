@@ -77,6 +77,15 @@ class MegatronConfig:
 
 
 @dataclass
+class CriticConfig:
+    """The value model a critic's estimator (algorithm.advantage=gae) trains beside the policy, in
+    the same trainer ranks; refused without one. It starts from the policy's checkpoint with a
+    zero value head, and takes the policy's strategy, micro-batches, betas, warmup and grad clip."""
+
+    lr: float = 1e-5
+
+
+@dataclass
 class MoeConfig:
     """Router settings a user tunes in RL, for mixture-of-experts models (the model's own routing,
     experts and layers come from its config.json). Read by the backends in
@@ -122,6 +131,8 @@ class TrainerConfig:
     megatron: MegatronConfig = field(default_factory=MegatronConfig)
     # Mixture-of-experts router settings (see MoeConfig for which backends read them).
     moe: MoeConfig = field(default_factory=MoeConfig)
+    # Read only with algorithm.advantage=gae (see CriticConfig).
+    critic: CriticConfig = field(default_factory=CriticConfig)
 
 
 @dataclass
@@ -184,6 +195,12 @@ class AlgorithmConfig:
     # routed it to (in the update's forward and in recompute), weighted by its own router's
     # probabilities of them. train/routing_mismatch is logged either way.
     routing_replay: bool = False
+    # Read only by a critic's estimator (advantage=gae): the discount and GAE's lambda (1, 1: the
+    # outcome reward reaches every token undiscounted, as verl's defaults), and how far the
+    # value loss lets the critic move from its rollout values (PPO's value clip).
+    gamma: float = 1.0
+    lam: float = 1.0
+    value_clip: float = 0.2
     # On-policy distillation toward the teachers (teachers.pool); read only when there are teachers.
     opd: OpdConfig = field(default_factory=OpdConfig)
 

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from loongsage.algorithms.advantages import get_advantage
+from loongsage.algorithms.critic import CRITIC_ESTIMATORS, reads_critic
 from loongsage.cluster.actor_placement import place_actors
 from loongsage.config import Config
 from loongsage.config.teacher_rules import teacher_routes
@@ -28,7 +29,7 @@ from loongsage.controller.completion_rollout import CompletionRolloutSource
 from loongsage.controller.completion_sampler import CompletionSampler
 from loongsage.controller.data_stream import DataStream, Item, from_legacy_state
 from loongsage.controller.engine_failure import EngineDied
-from loongsage.controller.episodes import assign_episodes
+from loongsage.controller.episodes import assign_critic_advantages, assign_episodes
 from loongsage.controller.interruptible import InterruptibleCalls, StepInterrupted, thread_stacks
 from loongsage.controller.metrics import rollout_metrics
 from loongsage.controller.monitor import Monitor
@@ -213,6 +214,16 @@ class Controller:
         )
         self.calls.call(self._sync_weights, abandon, "the weight sync after the warm start", trainer_busy=True)
 
+    def _assign_advantages(self, samples: list[Sample], stop: Callable[[], bool], step: int) -> dict[str, float]:
+        """Each sample's advantages from its episode's reward: by the outcome estimator
+        algorithm.advantage names, or by the critic's values of its tokens (gae)."""
+        algo = self.cfg.algorithm
+        if not reads_critic(algo.advantage):
+            assign_episodes(samples, get_advantage(algo.advantage), algo.normalize_std)
+            return {}
+        values = self.calls.call(lambda: self.trainer.compute_values(samples), stop, f"the critic's values of step {step}")
+        return assign_critic_advantages(samples, values, CRITIC_ESTIMATORS.get(algo.advantage), algo)
+
     def _one_step(self, stop: Callable[[], bool], abandon: Callable[[], bool]) -> tuple[list[Sample], dict[str, float]]:
         """Step `self.step + 1`; StepInterrupted (nothing trained) when `stop()` turns true while
         its batch is still being rolled out, or `abandon()` while it trains or syncs weights."""
@@ -228,7 +239,7 @@ class Controller:
         if self.teachers is not None:
             teacher_metrics = self.calls.call(lambda: self.teachers.score(samples), stop, f"the teachers' scoring of step {step}")
         scored = time.perf_counter()
-        assign_episodes(samples, get_advantage(self.cfg.algorithm.advantage), self.cfg.algorithm.normalize_std)
+        critic_metrics = self._assign_advantages(samples, stop, step)
         self.engines.release_memory()
         metrics = self.calls.call(
             lambda: self.trainer.train_step(samples, policy_version=self.weight_version),
@@ -243,6 +254,7 @@ class Controller:
         metrics.update(pipeline_metrics)
         metrics.update(self._transfer_metrics)
         metrics.update(teacher_metrics)
+        metrics.update(critic_metrics)
         metrics.update(
             {
                 # Waiting for the batch: only what rollout did not hide (all of it in run.mode=sync).

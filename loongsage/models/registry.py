@@ -60,3 +60,11 @@ def load_causal_lm(model_path: str | Path, dtype=None):
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype or torch.float32)
+
+
+def load_base_model(model_path: str | Path, dtype=None):
+    """The checkpoint's transformer without its LM head (what a value model is built on)."""
+    import torch
+    from transformers import AutoModel
+
+    return AutoModel.from_pretrained(str(model_path), dtype=dtype or torch.float32)

@@ -26,6 +26,8 @@ PER_TOKEN_FIELDS = (
     "response_logprobs",
     "weight_versions",
     "token_advantages",
+    "values",
+    "returns",
     "teacher_top_ids",
     "teacher_top_logprobs",
 )  # any valid id: padded positions are masked out of attention and loss
@@ -51,6 +53,10 @@ class PackedBatch:
     # R3: the engine's experts per position [B, T, layers * top_k] (int32, -1 where a position has
     # none: padding, each row's last token); None when no sample of the batch has them.
     routed_experts: Tensor | None = None
+    # The critic's (algorithm.advantage=gae): its values at rollout and the returns [B, C]; None
+    # when a sample of the batch lacks them.
+    old_values: Tensor | None = None
+    returns: Tensor | None = None
 
     @property
     def targets(self) -> Tensor:
@@ -120,6 +126,7 @@ def pack_samples(samples: list[Sample], width: int | None = None) -> PackedBatch
     has_versions = all(sample.weight_versions for sample in samples)
     return PackedBatch(
         **_teacher_top_k(samples, spans, columns),
+        **_critic_targets(samples, spans, columns),
         routed_experts=_routed_experts(samples, width),
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -151,6 +158,17 @@ def _teacher_top_k(samples: list[Sample], spans: list[tuple[int, int]], columns:
             logprobs[row, start:end] = torch.tensor(sample.teacher_top_logprobs, dtype=torch.float32)
             mask[row, start:end] = 1.0
     return {"teacher_top_ids": ids, "teacher_top_logprobs": logprobs, "teacher_mask": mask}
+
+
+def _critic_targets(samples: list[Sample], spans: list[tuple[int, int]], columns: int) -> dict[str, Tensor]:
+    """old_values and returns [B, C], where every sample has them."""
+    if not all(sample.values and sample.returns for sample in samples):
+        return {}
+    out = {"old_values": torch.zeros((len(samples), columns)), "returns": torch.zeros((len(samples), columns))}
+    for row, (sample, (start, end)) in enumerate(zip(samples, spans)):
+        out["old_values"][row, start:end] = torch.tensor(sample.values, dtype=torch.float32)
+        out["returns"][row, start:end] = torch.tensor(sample.returns, dtype=torch.float32)
+    return out
 
 
 def _routed_experts(samples: list[Sample], width: int) -> Tensor | None:

@@ -82,10 +82,11 @@ class TrainGroup:
         return self._step_on_shards("supervised_step", samples, lr)
 
     def compute_logprobs(self, samples: list[Sample]) -> list[list[float]]:
-        shards = self.layout.per_rank(self._shard(samples))
-        refs = [w.compute_logprobs.remote(s) for w, s in zip(self.workers, shards)]
-        per_shard = self.layout.per_shard(self._gather("compute_logprobs", refs))
-        return [values for shard in per_shard for values in shard]
+        return self._per_token_on_shards("compute_logprobs", samples)
+
+    def compute_values(self, samples: list[Sample]) -> list[list[float]]:
+        """The critic's value of every response token (algorithm.advantage=gae)."""
+        return self._per_token_on_shards("compute_values", samples)
 
     def save_checkpoint(self, path: str | Path) -> None:
         with atomic_dir(path) as scratch:
@@ -140,6 +141,13 @@ class TrainGroup:
         per_rank = self._gather(method, refs)
         # Every rank returns the global metrics (all-reduced over the data-parallel group).
         return {key: sum(m[key] for m in per_rank) / len(per_rank) for key in per_rank[0]}
+
+    def _per_token_on_shards(self, method: str, samples: list[Sample]) -> list[list[float]]:
+        """One list per sample, in order, from every shard's rank."""
+        shards = self.layout.per_rank(self._shard(samples))
+        refs = [getattr(w, method).remote(s) for w, s in zip(self.workers, shards)]
+        per_shard = self.layout.per_shard(self._gather(method, refs))
+        return [values for shard in per_shard for values in shard]
 
     def _shard(self, samples: list[Sample]) -> list[list[Sample]]:
         """One shard per data-parallel index, in order."""

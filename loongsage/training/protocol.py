@@ -35,6 +35,10 @@ class TrainBackend(Protocol):
     def compute_logprobs(self, samples: list[Sample]) -> list[list[float]]:
         """Current policy's logprob of every response token of this rank's shard."""
 
+    def compute_values(self, samples: list[Sample]) -> list[list[float]]:
+        """The critic's value of every response token of this rank's shard (a backend whose
+        trainers may have a critic: algorithm.advantage=gae)."""
+
     def save_checkpoint(self, path: str) -> None:
         """Write this rank's part of a checkpoint into the (scratch) directory `path`."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from loongsage.config.parallel import data_parallel_key, data_parallel_size, train_ranks, train_ranks_named, uses_megatron
-from loongsage.config.schema import AlgorithmConfig, MegatronConfig, MoeConfig, TrainerConfig
+from loongsage.config.schema import AlgorithmConfig, CriticConfig, MegatronConfig, MoeConfig, TrainerConfig
 
 __all__ = [
     "algo_settings",
@@ -30,6 +30,7 @@ def trainer_settings(cfg) -> TrainerConfig:
     settings.betas = [float(b) for b in settings.betas]
     settings.megatron = _read(MegatronConfig, settings.megatron)  # a plain dataclass, whatever `cfg` held
     settings.moe = _read(MoeConfig, settings.moe)
+    settings.critic = _read(CriticConfig, settings.critic)
     return settings
 
 

@@ -14,12 +14,14 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from loongsage.algorithms.critic import reads_critic
 from loongsage.algorithms.losses import token_logprobs
 from loongsage.cluster.placement import ray_gpu_ids
 from loongsage.models import hf_config, is_mixture_of_experts, load_causal_lm
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
 from loongsage.training.fsdp import checkpoint
+from loongsage.training.fsdp.critic import CRITIC_DIR, Critic
 from loongsage.training.fsdp.optim import build_optimizer
 from loongsage.training.fsdp.parallel import (
     clip_grad_norm,
@@ -66,6 +68,9 @@ class TrainWorker(TrainRank):
         self.model = wrap_model(model, self.trainer.strategy)
         self.optimizer, self.scheduler = build_optimizer(self.model, self.trainer)
         self.ref_model = self._reference_model(dtype) if self.algo.kl_coef > 0 else None
+        self.critic = (
+            Critic(self.model_path, self.trainer, dtype, self.algo.value_clip) if reads_critic(self.algo.advantage) else None
+        )
 
     def data_rank(self) -> int:
         """Every rank of this backend is a data-parallel rank of its own."""
@@ -98,13 +103,20 @@ class TrainWorker(TrainRank):
         if self.algo.stale_filter == "m2po":
             minis, masked = m2po_masked(minis, olds, stale_threshold(self.algo))
             sums.add_stale_masked(masked)
+        value_losses = []
         for index, (mini, old, ref) in enumerate(zip(minis, olds, refs)):
             # Mini-batch k trains weights k / len(minis) of the way to the next version.
             versions = None if policy_version is None else (policy_version, policy_version + index / len(minis))
             self._optimizer_step(mini, old, ref, sums, policy_versions=versions)
+            if self.critic is not None:
+                value_losses.append(self.critic.step(mini))
         self.scheduler.step()
         self.step += 1
-        return sums.reduce(num_minis=len(minis), lr=lr)
+        metrics = sums.reduce(num_minis=len(minis), lr=lr)
+        if self.critic is not None:
+            self.critic.scheduler.step()
+            metrics["train/value_loss"] = sum(value_losses) / len(value_losses)
+        return metrics
 
     def supervised_step(self, samples: list[Sample], lr: float) -> dict[str, float]:
         """One optimizer step on the NLL of the samples' masked tokens, at `lr`, outside the RL
@@ -127,6 +139,14 @@ class TrainWorker(TrainRank):
         logprobs = self._logprobs(self.model, micros)
         return [values for micro, lp in zip(micros, logprobs) for values in micro.response_values(lp)]
 
+    @torch.no_grad()
+    def compute_values(self, samples: list[Sample]) -> list[list[float]]:
+        """The critic's value of every response token of this rank's shard."""
+        if self.critic is None:
+            raise ValueError("compute_values needs a critic: this trainer's algorithm.advantage reads none")
+        micros = [pack_samples(chunk) for chunk in split_micro_batches(samples, self.trainer.micro_batch_size)]
+        return [values for micro, v in zip(micros, self.critic.values(micros)) for values in micro.response_values(v)]
+
     def save_checkpoint(self, path: str) -> None:
         checkpoint.save_rank(
             Path(path),
@@ -139,6 +159,18 @@ class TrainWorker(TrainRank):
             tied_names=self.tied_names,
             source_dir=self.model_path,
         )
+        if self.critic is not None:
+            checkpoint.save_rank(
+                Path(path) / CRITIC_DIR,
+                rank=self.rank,
+                world_size=self.trainer.world_size,
+                step=self.step,
+                model=self.critic.model,
+                optimizer=self.critic.optimizer,
+                scheduler=self.critic.scheduler,
+                tied_names=set(),
+                source_dir=self.model_path,
+            )
 
     def load_checkpoint(self, path: str) -> int:
         self.step = checkpoint.load_rank(
@@ -149,6 +181,17 @@ class TrainWorker(TrainRank):
             optimizer=self.optimizer,
             scheduler=self.scheduler,
         )
+        if self.critic is not None:
+            if not (Path(path) / CRITIC_DIR).is_dir():
+                raise FileNotFoundError(f"checkpoint {path} has no {CRITIC_DIR}/: it was saved by a run without a critic")
+            checkpoint.load_rank(
+                Path(path) / CRITIC_DIR,
+                rank=self.rank,
+                world_size=self.trainer.world_size,
+                model=self.critic.model,
+                optimizer=self.critic.optimizer,
+                scheduler=self.critic.scheduler,
+            )
         return self.step
 
     def push_weights(self, plan: dict, engine_urls: list[str], skip: list[str]) -> SourceReport | None:

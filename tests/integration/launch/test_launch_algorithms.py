@@ -1,5 +1,5 @@
-"""Every policy loss, advantage estimator, stale filter and IcePop through launch.py at tiny scale,
-grouped into three runs (they compose: test_algorithm_rules): each trains, logs its own metrics
+"""Every policy loss, advantage estimator (the critic's too), stale filter and IcePop through
+launch.py at tiny scale, grouped into four runs (they compose: test_algorithm_rules): each trains, logs its own metrics
 and records its algorithm in the run's config."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from tests.integration.launch.launch_support import SMOKE, launch, scalars
 
 RUNS = {
     "gspo_rloo": ["algorithm=gspo", "algorithm.advantage=rloo"],
+    "ppo_critic": ["algorithm=ppo", "trainer.critic.lr=1e-3"],
     "cispo_reinforce_pp_opsm": ["algorithm=cispo", "algorithm.advantage=reinforce_pp", "algorithm.stale_filter=opsm"],
     "dr_grpo_m2po_icepop": [
         "algorithm=dr_grpo",
@@ -40,3 +41,8 @@ def test_the_algorithm_trains_through_the_entry_point(name, tmp_path):
         assert all(0.0 <= v <= 1.0 for v in logged["train/stale_filtered_frac"].values())
     if algorithm["is_level"] != "none":
         assert sorted(logged["train/is_mask_frac"]) == [1, 2]
+    if algorithm["advantage"] == "gae":
+        assert all(v > 0 for v in logged["train/value_loss"].values())
+        # a fresh critic values every token 0 (explains nothing); after a step it predicts something
+        assert logged["train/explained_variance"][1] == 0.0 and logged["train/explained_variance"][2] != 0.0
+        assert (tmp_path / "checkpoints" / "step_000002" / "trainer" / "critic" / "model.safetensors").exists()

@@ -90,3 +90,29 @@ def test_dr_grpo_is_both_of_its_halves(algorithm, message):
 def test_the_normed_aggregation_composes_with_any_estimator():
     for advantage in ("grpo", "dr_grpo", "rloo", "reinforce_pp"):
         check(_config(advantage=advantage, loss_aggregation="seq_mean_token_sum_norm", loss_norm_length=64))
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (dict(gamma=0.99), r"algorithm.gamma is read only by a critic: set algorithm.advantage to a critic's estimator \(gae\)"),
+        (dict(critic_lr=1e-4), "trainer.critic.lr is read only by a critic"),
+        (dict(advantage="gae", lam=1.5), r"algorithm.lam=1.5 must be in \[0, 1\]"),
+        (dict(advantage="gae", value_clip=0.0), "algorithm.value_clip=0.0 must be > 0"),
+        (dict(advantage="gae", backend="megatron"), "trains a critic, which trainer.backend=megatron does not have yet"),
+        (dict(advantage="gea"), r"algorithm.advantage='gea': unknown advantage estimator 'gea'; known: .*; with a critic: gae"),
+    ],
+)
+def test_critic_settings_are_refused_by_name(settings, message):
+    cfg = _config(**{k: v for k, v in settings.items() if k not in ("critic_lr", "backend")})
+    if "critic_lr" in settings:
+        cfg.trainer.critic.lr = settings["critic_lr"]
+    if "backend" in settings:
+        cfg.trainer.backend = settings["backend"]
+    with pytest.raises(ConfigError, match=message):
+        check(cfg)
+
+
+def test_a_critic_composes_with_every_policy_loss_and_stale_filter():
+    for policy_loss, stale_filter in product(sorted(POLICY_LOSSES), STALE_FILTERS):
+        check(_config(advantage="gae", policy_loss=policy_loss, stale_filter=stale_filter, gamma=0.99, lam=0.95))

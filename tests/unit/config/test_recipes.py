@@ -45,8 +45,8 @@ def _flat(node, prefix: str = "") -> dict:
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_an_algorithm_group_changes_only_the_algorithm(algorithm):
-    plain = _flat(compose_config("recipe=math_grpo"))
-    swapped = _flat(compose_config("recipe=math_grpo", f"algorithm={algorithm}"))
+    plain = _flat(compose_config("recipe=math_grpo", "run.dir=runs/x"))  # the default dir holds the time
+    swapped = _flat(compose_config("recipe=math_grpo", "run.dir=runs/x", f"algorithm={algorithm}"))
     changed = {key for key in plain if plain[key] != swapped[key]}
     assert all(key.startswith("algorithm.") for key in changed), changed
     assert changed or algorithm == "grpo"  # math_grpo is grpo
@@ -56,4 +56,4 @@ def test_an_algorithm_group_is_a_base_the_command_line_tunes():
     cfg = compose_config("recipe=math_grpo", "algorithm=dr_grpo", "algorithm.loss_norm_length=64")
     assert (cfg.algorithm.advantage, cfg.algorithm.loss_norm_length) == ("dr_grpo", 64)
     assert compose_config("recipe=math_grpo", "algorithm=dr_grpo").algorithm.loss_norm_length == 40  # rollout.max_new_tokens
-    assert {"grpo", "dr_grpo", "rloo", "reinforce_pp", "gspo", "cispo", "m2po", "opsm", "icepop"} <= set(ALGORITHMS)
+    assert {"grpo", "dr_grpo", "rloo", "reinforce_pp", "gspo", "cispo", "m2po", "opsm", "icepop", "ppo"} <= set(ALGORITHMS)

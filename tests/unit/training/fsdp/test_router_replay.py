@@ -18,21 +18,11 @@ EXPERTS = 4
 
 
 @pytest.fixture
-def make_worker():
-    workers = []
-
-    def make(replay: bool) -> TrainWorker:
-        while workers:
-            workers.pop().close()
-        worker = TrainWorker(str(tiny_moe_dir()), TrainerConfig(micro_batch_size=4), AlgorithmConfig(routing_replay=replay), 0, 0)
-        worker.setup(*worker.rendezvous_address())
-        workers.append(worker)
-        return worker
-
-    torch.set_num_threads(1)
-    yield make
-    for worker in workers:
-        worker.close()
+def make_worker(make_worker):
+    """A worker of the tiny MoE, replaying the engine's routing or not."""
+    return lambda replay: make_worker(
+        TrainerConfig(micro_batch_size=4), AlgorithmConfig(routing_replay=replay), model_path=str(tiny_moe_dir())
+    )
 
 
 def test_the_engines_own_routing_is_no_mismatch_and_replaying_it_changes_nothing(make_worker):

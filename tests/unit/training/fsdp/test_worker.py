@@ -29,26 +29,6 @@ def random_samples(n: int, seed: int = 0) -> list[Sample]:
     return _random_samples(n, seed, partial_mask=True)
 
 
-@pytest.fixture
-def make_worker(tiny_model_path):
-    """Build a set-up worker; only one process group can live in a process at a time."""
-    workers = []
-
-    def make(trainer: TrainerConfig, algo: AlgorithmConfig | None = None) -> TrainWorker:
-        algo = algo if algo is not None else AlgorithmConfig()
-        while workers:
-            workers.pop().close()
-        worker = TrainWorker(tiny_model_path, trainer, algo, seed=0, rank=0)
-        worker.setup(*worker.rendezvous_address())
-        workers.append(worker)
-        return worker
-
-    torch.set_num_threads(1)
-    yield make
-    for worker in workers:
-        worker.close()
-
-
 def capture_grads(worker: TrainWorker) -> dict[str, torch.Tensor]:
     """Filled with the (clipped) gradients the optimizer steps on."""
     grads: dict[str, torch.Tensor] = {}
