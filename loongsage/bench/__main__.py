@@ -17,6 +17,7 @@ BENCHMARKS = {
     "transfer": "weight transfer (--simulate: seed route, flat broadcast and our plan vs the link bound, 8-128 hosts)",
     "teachers": "teacher manager: N teachers through one resident slot vs all resident (peak memory, throughput)",
     "routing": "routing replay (R3): the trainer's routing and log-prob mismatch with the engine, without vs with replay",
+    "staleness": "off-policy corrections (none, TIS, M2PO, OPSM) under fully_async, max_staleness 1, 2, 4: reward, mismatch",
 }
 # `async` is a keyword, so its module has another name.
 MODULES = {"async": "asynchrony"}

@@ -30,11 +30,10 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
+from loongsage.bench.launched import launch_run, logged
 from loongsage.bench.repeat import add_repeats_argument, interleaved, pair_ratios, ratio_line, runs_note
 
 log = logging.getLogger(__name__)
@@ -132,22 +131,14 @@ def _run(args: argparse.Namespace, run_dir: Path, mode: list[str]) -> dict[str, 
         *mode,
     ]
     log.info("bench async: running %s (%s)", run_dir.name, mode[0])
-    result = subprocess.run(
-        [sys.executable, "launch.py", *overrides], cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True
-    )
-    if result.returncode != 0:
-        raise SystemExit(f"the {mode[0]} run failed:\n{result.stderr[-3000:]}")
+    launch_run(overrides, mode[0])
     return _summary(run_dir)
 
 
 def _summary(run_dir: Path) -> dict[str, float]:
-    from validate.scalars import read_scalar
-
     def values(tag: str) -> list[float]:
-        try:
-            return list(read_scalar(run_dir, tag).values())
-        except KeyError:  # staleness is logged by the asynchronous modes only
-            return [0.0]
+        # staleness is logged by the asynchronous modes only
+        return list(logged(run_dir, tag).values()) or [0.0]
 
     def mean(tag: str) -> float:
         found = values(tag)

@@ -1,0 +1,27 @@
+"""A benchmark's run: `launch.py` in a fresh process with its own Ray (no run inherits a warm
+model or engine from another), and what it logged, read back from its TensorBoard files."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def launch_run(overrides: list[str], what: str) -> None:
+    """Run launch.py with `overrides`; a failed run ends the benchmark, its stderr's tail shown."""
+    result = subprocess.run([sys.executable, "launch.py", *overrides], cwd=REPO_ROOT, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"the {what} run failed:\n{result.stderr[-3000:]}")
+
+
+def logged(run_dir: Path, tag: str) -> dict[int, float]:
+    """Step -> value of a scalar the run logged; {} when it logged none (a metric of another mode)."""
+    from validate.scalars import read_scalar
+
+    try:
+        return read_scalar(run_dir, tag)
+    except KeyError:
+        return {}
