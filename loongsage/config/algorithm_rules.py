@@ -55,11 +55,6 @@ def _critic_problems(cfg: Config) -> list[str]:
         problems.append(f"algorithm.value_clip={a.value_clip} must be > 0")
     if critic.lr <= 0:
         problems.append(f"trainer.critic.lr={critic.lr} must be > 0")
-    if cfg.trainer.backend != "fsdp":
-        problems.append(
-            f"algorithm.advantage={a.advantage} trains a critic, which trainer.backend={cfg.trainer.backend} does not "
-            f"have yet (only trainer.backend=fsdp): use trainer.backend=fsdp, or an outcome estimator"
-        )
     return problems
 
 

@@ -9,6 +9,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+# A critic's part of a trainer checkpoint (algorithm.advantage=gae): its backend's layout, one level down.
+CRITIC_DIR = "critic"
+
 
 @contextmanager
 def atomic_dir(target: str | os.PathLike) -> Iterator[Path]:

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from loongsage.algorithms.critic import clipped_value_loss
 from loongsage.algorithms.distill import gkd_divergence
-from loongsage.algorithms.losses import kl_estimate, masked_aggregate
+from loongsage.algorithms.losses import Aggregation, kl_estimate, masked_aggregate
 from loongsage.algorithms.off_policy import importance_weights, interpolated_proximal_logprobs
 from loongsage.algorithms.policy_losses import get_policy_loss
 from loongsage.algorithms.stale_filters import DEFAULT_THRESHOLDS, filtered_tokens, opsm_keep
@@ -156,6 +157,12 @@ def check_off_policy_inputs(samples: list[Sample], algo: AlgorithmConfig, policy
         for index, sample in enumerate(samples):
             if not getattr(sample, name):
                 raise ValueError(f"{setting} needs the {what} of every sample; sample {index} has none")
+
+
+def value_objective(values: Tensor, batch: PackedBatch, value_clip: float) -> Tensor:
+    """A critic's loss on one micro-batch: PPO's clipped value loss toward the batch's returns,
+    token-mean over its trained tokens (the critic's values [B, C], aligned with the columns)."""
+    return clipped_value_loss(values, batch.old_values, batch.returns, batch.loss_mask, value_clip, Aggregation())
 
 
 def supervised_objective(scores: TokenScores, batch: PackedBatch) -> MicroObjective:

@@ -15,17 +15,13 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from loongsage.algorithms.critic import clipped_value_loss
-from loongsage.algorithms.losses import Aggregation
 from loongsage.config.schema import TrainerConfig
 from loongsage.models import load_base_model
 from loongsage.training.batch import PackedBatch
 from loongsage.training.fsdp.optim import build_optimizer
 from loongsage.training.fsdp.parallel import clip_grad_norm, grad_sync, wrap_model
+from loongsage.training.objective import value_objective
 from loongsage.training.shares import global_shares
-
-# The critic's part of a checkpoint directory: the same layout as the policy's, one level down.
-CRITIC_DIR = "critic"
 
 
 class ValueModel(nn.Module):
@@ -63,7 +59,7 @@ class Critic:
         self.model.eval()
         return [self.model(micro) for micro in micros]
 
-    def step(self, micros: list[PackedBatch]) -> float:
+    def update(self, micros: list[PackedBatch]) -> float:
         """One optimizer step on the token-mean clipped value loss of one (all-rank) mini-batch;
         returns that loss. Its learning-rate schedule moves once per trainer step, as the policy's."""
         self.model.train()
@@ -71,9 +67,7 @@ class Critic:
         total = 0.0
         for index, micro in enumerate(micros):
             with grad_sync(self.model, enabled=index == len(micros) - 1):
-                loss = clipped_value_loss(
-                    self.model(micro), micro.old_values, micro.returns, micro.loss_mask, self.value_clip, Aggregation()
-                )
+                loss = value_objective(self.model(micro), micro, self.value_clip)
                 (loss * (shares[index] * dist.get_world_size())).backward()
             total += loss.item() * shares[index]
         clip_grad_norm(self.model, self.max_grad_norm)

@@ -20,8 +20,9 @@ from loongsage.cluster.placement import ray_gpu_ids
 from loongsage.models import hf_config, is_mixture_of_experts, load_causal_lm
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
+from loongsage.training.checkpoint_dir import CRITIC_DIR
 from loongsage.training.fsdp import checkpoint
-from loongsage.training.fsdp.critic import CRITIC_DIR, Critic
+from loongsage.training.fsdp.critic import Critic
 from loongsage.training.fsdp.optim import build_optimizer
 from loongsage.training.fsdp.parallel import (
     clip_grad_norm,
@@ -109,7 +110,7 @@ class TrainWorker(TrainRank):
             versions = None if policy_version is None else (policy_version, policy_version + index / len(minis))
             self._optimizer_step(mini, old, ref, sums, policy_versions=versions)
             if self.critic is not None:
-                value_losses.append(self.critic.step(mini))
+                value_losses.append(self.critic.update(mini))
         self.scheduler.step()
         self.step += 1
         metrics = sums.reduce(num_minis=len(minis), lr=lr)

@@ -86,8 +86,9 @@ RNG_KEY = "loongsage.rng"
 _MAIN_WEIGHTS = re.compile(r"^optimizer\.state\.(param|fp32_param)\.")
 
 
-def save(out: Path, worker) -> None:
-    """Collective: every rank writes its shards; rank 0 also writes the HF export."""
+def save(out: Path, worker, hf_export: bool = True) -> None:
+    """Collective: every rank writes its shards; rank 0 also writes the HF export (`hf_export`:
+    not for a critic, whose value head no HF model has)."""
     from megatron.core import dist_checkpointing
 
     megatron_dir = out / MEGATRON_DIR
@@ -97,19 +98,23 @@ def save(out: Path, worker) -> None:
     state, _ = _sharded_state(worker, is_loading=False, rng=True)
     with _quiet_internals():
         dist_checkpointing.save(state, str(megatron_dir), content_metadata=_content(worker))
-    weights = dict(host_weights(worker.model.module, worker.spec))  # collective; filled on rank 0 only
+    weights = dict(host_weights(worker.model.module, worker.spec)) if hf_export else {}  # collective; rank 0's
     if worker.rank != 0:
         return
-    write_hf_dir(out, worker.model_path, weights)
+    if hf_export:
+        write_hf_dir(out, worker.model_path, weights)
     write_trainer_state(out, {"step": worker.step, "megatron": _layout(worker)})
 
 
-def load(src: Path, worker) -> int:
-    """Restore this rank; return the trainer step the checkpoint was written at."""
+def load(src: Path, worker, hf_fallback: bool = True) -> int:
+    """Restore this rank; return the trainer step the checkpoint was written at. What the
+    distributed checkpoint cannot restore falls back to the HF export (`hf_fallback`), or raises."""
     state = read_trainer_state(src)
     written = _written_by(src / MEGATRON_DIR)
     here = _content(worker)
     lost = _not_restorable(written, here)
+    if lost and not hf_fallback:
+        raise ValueError(f"checkpoint {src}: {lost}")
     if lost:
         load_hf_weights(worker.model.module, src, worker.spec)
         _warn(worker, f"checkpoint {src}: {lost}; weights restored from its HF export; optimizer and RNG state start afresh")

@@ -20,6 +20,15 @@ from loongsage.training.token_scores import TokenScores, VocabShardScores
 
 # (index of the micro-batch, the micro-batch, its token scores) -> the loss to backpropagate
 ScoreFn = Callable[[int, PackedBatch, TokenScores], Tensor]
+# the last stage's output [B, C + 1, V_local] -> what ScoreFn gets of it (default: TokenScores)
+ReadOutput = Callable[[Tensor, Layout], object]
+
+
+def token_scores(output: Tensor, layout: Layout) -> TokenScores:
+    """A policy's output: this rank's vocabulary shard of every column's logits."""
+    return VocabShardScores(output[:, :-1], layout.tp_rank * output.shape[-1], layout.tp_group)
+
+
 # the micro-batch about to be forwarded -> the context its forward runs in (R3: its engine routes)
 ForwardContext = Callable[[PackedBatch], AbstractContextManager]
 
@@ -31,11 +40,13 @@ def run_micro_batches(
     on_scores: ScoreFn,
     forward_only: bool,
     around_forward: ForwardContext = lambda _micro: nullcontext(),
+    read_output: ReadOutput = token_scores,
 ) -> None:
     """Forward every micro-batch (and backward unless `forward_only`), calling `on_scores` on the
     last pipeline stage. Gradients accumulate in the DDP buffers and are reduced over the
     data-parallel group after the last micro-batch. Each forward runs inside `around_forward(micro)`
-    (the schedule may interleave one micro-batch's forward with another's backward)."""
+    (the schedule may interleave one micro-batch's forward with another's backward). `read_output`
+    turns the last stage's output into what `on_scores` takes (a critic's: its values)."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
     batches = iter(enumerate(micros))
@@ -52,9 +63,7 @@ def run_micro_batches(
             )
 
         def loss_func(output: Tensor):
-            vocab_start = layout.tp_rank * output.shape[-1]
-            scores = VocabShardScores(output[:, :-1], vocab_start, layout.tp_group)
-            loss = on_scores(index, micro, scores)
+            loss = on_scores(index, micro, read_output(output, layout))
             # The schedule divides each micro-batch's loss by their number, for a mean; our
             # losses are already weighted by their share of the global batch, so undo it.
             return loss * len(micros), {}

@@ -15,13 +15,16 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from loongsage.algorithms.critic import reads_critic
 from loongsage.cluster.hosts import this_host
 from loongsage.models import hf_config
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
+from loongsage.training.checkpoint_dir import CRITIC_DIR
 from loongsage.training.lr_schedule import Warmup
 from loongsage.training.megatron import checkpoint, cpu_shims
 from loongsage.training.megatron.convert import holds_full_weights, host_weights, load_hf_weights
+from loongsage.training.megatron.critic import MegatronCritic
 from loongsage.training.megatron.mapping import model_spec, with_aux_loss_coeff
 from loongsage.training.megatron.model import build_model, gpt_model, sequence_multiple
 from loongsage.training.megatron.optim import build_optimizer, set_lr, wrap_ddp
@@ -58,6 +61,7 @@ class MegatronWorker(TrainRank):
         self.optimizer = build_optimizer(self.model, self.trainer, self.trainer.megatron)
         self.warmup = Warmup(self.trainer.warmup_steps)
         self.ref_model = self._load_model().requires_grad_(False) if self.algo.kl_coef > 0 else None
+        self.critic = MegatronCritic(self, self.algo.value_clip) if reads_critic(self.algo.advantage) else None
 
     def data_rank(self) -> int:
         return self.layout.dp_rank
@@ -84,11 +88,17 @@ class MegatronWorker(TrainRank):
         if self.algo.stale_filter == "m2po" and self.layout.is_last_stage:  # only the last stage has logprobs
             minis, masked = m2po_masked(minis, olds, stale_threshold(self.algo), self.layout.dp_cpu_group)
             sums.add_stale_masked(masked)
+        value_losses = []
         for index, (mini, old, ref) in enumerate(zip(minis, olds, refs)):
             versions = None if policy_version is None else (policy_version, policy_version + index / len(minis))
             self._optimizer_step(mini, old, ref, sums, policy_versions=versions)
+            if self.critic is not None:
+                value_losses.append(self.critic.update(mini, lr_scale=self.warmup(self.step)))
         self.step += 1
-        return self._from_last_stage(sums.reduce(num_minis=len(minis), lr=lr))
+        metrics = sums.reduce(num_minis=len(minis), lr=lr)
+        if self.critic is not None:
+            metrics["train/value_loss"] = sum(value_losses) / len(value_losses)
+        return self._from_last_stage(metrics)
 
     def supervised_step(self, samples: list[Sample], lr: float) -> dict[str, float]:
         """One optimizer step on the NLL of the masked tokens at `lr`, outside the RL schedule."""
@@ -104,11 +114,27 @@ class MegatronWorker(TrainRank):
             return self._from_last_stage(None)
         return self._from_last_stage([values for micro, lp in zip(micros, logprobs) for values in micro.response_values(lp)])
 
+    def compute_values(self, samples: list[Sample]) -> list[list[float]]:
+        """The critic's value of every response token of this rank's shard."""
+        if self.critic is None:
+            raise ValueError("compute_values needs a critic: this trainer's algorithm.advantage reads none")
+        micros = self._pack(samples)
+        values = self.critic.values(micros)
+        if not self.layout.is_last_stage:
+            return self._from_last_stage(None)
+        return self._from_last_stage([row for micro, v in zip(micros, values) for row in micro.response_values(v)])
+
     def save_checkpoint(self, path: str) -> None:
         checkpoint.save(Path(path), self)
+        if self.critic is not None:
+            self.critic.save(Path(path) / CRITIC_DIR, self.step)
 
     def load_checkpoint(self, path: str) -> int:
         self.step = checkpoint.load(Path(path), self)
+        if self.critic is not None:
+            if not (Path(path) / CRITIC_DIR).is_dir():
+                raise FileNotFoundError(f"checkpoint {path} has no {CRITIC_DIR}/: it was saved by a run without a critic")
+            self.critic.load(Path(path) / CRITIC_DIR)
         return self.step
 
     def weight_source(self) -> str | None:

@@ -99,16 +99,13 @@ def test_the_normed_aggregation_composes_with_any_estimator():
         (dict(critic_lr=1e-4), "trainer.critic.lr is read only by a critic"),
         (dict(advantage="gae", lam=1.5), r"algorithm.lam=1.5 must be in \[0, 1\]"),
         (dict(advantage="gae", value_clip=0.0), "algorithm.value_clip=0.0 must be > 0"),
-        (dict(advantage="gae", backend="megatron"), "trains a critic, which trainer.backend=megatron does not have yet"),
         (dict(advantage="gea"), r"algorithm.advantage='gea': unknown advantage estimator 'gea'; known: .*; with a critic: gae"),
     ],
 )
 def test_critic_settings_are_refused_by_name(settings, message):
-    cfg = _config(**{k: v for k, v in settings.items() if k not in ("critic_lr", "backend")})
+    cfg = _config(**{k: v for k, v in settings.items() if k != "critic_lr"})
     if "critic_lr" in settings:
         cfg.trainer.critic.lr = settings["critic_lr"]
-    if "backend" in settings:
-        cfg.trainer.backend = settings["backend"]
     with pytest.raises(ConfigError, match=message):
         check(cfg)
 
