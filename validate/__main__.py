@@ -28,7 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m validate", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, nargs="+", help="the run to check; with --record, one or more seeds")
     parser.add_argument(
-        "--reference", type=Path, help="reference JSON (default: validate/references/<recipe>.json, or <recipe>@<model>.json)"
+        "--reference",
+        type=Path,
+        help="reference JSON (default: the recipe's recorded with the run's model and algorithm: validate/references/"
+        "<recipe>.json, <recipe>@<model>.json or <recipe>+<variant>.json)",
     )
     parser.add_argument("--record", action="store_true", help="make the run the recipe's new reference")
     parser.add_argument("--command", default="", help="with --record: the command that produced the run")
@@ -44,13 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.record:
         return _record(args, configs[0], runs)
     run_dir, config, rewards = args.run_dir[0], configs[0], runs[0]
-    reference_path = args.reference or reference_file(config["run"]["name"], config["model"]["name"])
-    if not reference_path.exists():
-        print(
-            f"validate: no reference for recipe {config['run']['name']!r} with model {config['model']['name']!r} "
-            f"at {reference_path}",
-            file=sys.stderr,
-        )
+    reference_path = args.reference or reference_file(config["run"]["name"], config["model"]["name"], config.get("algorithm"))
+    if reference_path is None or not reference_path.exists():
+        print(f"validate: {_no_reference(config)}", file=sys.stderr)
         return 2
     reference = json.loads(reference_path.read_text())
     result = compare(rewards, reference)
@@ -59,12 +58,46 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if result["passed"] else 1
 
 
-def reference_file(recipe: str, model: str) -> Path:
-    """<recipe>.json, unless it was recorded with another model: then <recipe>@<model>.json."""
+def reference_file(recipe: str, model: str, algorithm: dict | None = None) -> Path | None:
+    """The reference of this recipe recorded with this model and, when given, this algorithm
+    section (a run of `recipe=math_grpo algorithm=gspo` has its own band): <recipe>.json,
+    <recipe>@<model>.json or <recipe>+<variant>.json, whichever says so. None recorded yet: where
+    the recipe's own goes (<recipe>.json, or <recipe>@<model>.json when <recipe>.json is another
+    model's), or None when <recipe>.json is this model's with another algorithm (name the new
+    one with --reference)."""
+    for path in _references_of(recipe):
+        recorded = json.loads(path.read_text())
+        if recorded.get("model") == model and (algorithm is None or recorded.get("algorithm") == algorithm):
+            return path
     plain = REFERENCES / f"{recipe}.json"
-    if plain.exists() and json.loads(plain.read_text()).get("model") != model:
+    if not plain.exists():
+        return plain
+    if json.loads(plain.read_text()).get("model") != model:
         return REFERENCES / f"{recipe}@{model}.json"
-    return plain
+    return None
+
+
+def _references_of(recipe: str) -> list[Path]:
+    """The recipe's own reference first, then those of other models and algorithm variants."""
+    named = sorted(REFERENCES.glob(f"{recipe}[@+]*.json"))
+    plain = REFERENCES / f"{recipe}.json"
+    return ([plain] if plain.exists() else []) + named
+
+
+def _no_reference(config: dict) -> str:
+    recipe, model, algorithm = config["run"]["name"], config["model"]["name"], config.get("algorithm") or {}
+    lines = [f"no reference for recipe {recipe!r} with model {model!r} and this run's algorithm section"]
+    for path in _references_of(recipe):
+        recorded = json.loads(path.read_text())
+        theirs = recorded.get("algorithm") or {}
+        differs = sorted(key for key in set(theirs) | set(algorithm) if theirs.get(key) != algorithm.get(key))
+        what = (
+            f"model {recorded.get('model')!r}"
+            if recorded.get("model") != model
+            else f"algorithm.{', algorithm.'.join(differs)} differ"
+        )
+        lines.append(f"  {path.name}: {what}")
+    return "\n".join(lines)
 
 
 def _run_config(run_dir: Path) -> dict:
@@ -109,8 +142,17 @@ def _record(args, config: dict, runs: list[dict[int, float]]) -> int:
         "center": center,
         "low": low,
         "high": high,
+        # Which runs this band judges: a run of the recipe with another algorithm has its own.
+        "algorithm": config.get("algorithm"),
     }
-    out = args.reference or reference_file(reference["recipe"], reference["model"])
+    out = args.reference or reference_file(reference["recipe"], reference["model"], reference["algorithm"])
+    if out is None:
+        print(
+            f"validate: {REFERENCES / (reference['recipe'] + '.json')} is the {reference['recipe']} band of another "
+            f"algorithm; name this one with --reference {REFERENCES}/{reference['recipe']}+<variant>.json",
+            file=sys.stderr,
+        )
+        return 2
     out.write_text(json.dumps(reference, indent=1))
     print(f"recorded {len(steps)} steps of {TAG} from {len(runs)} run(s) as the reference for {reference['recipe']}: {out}")
     return 0

@@ -111,3 +111,40 @@ def test_a_run_with_another_model_than_the_recipes_has_its_own_reference(tmp_pat
     (tmp_path / "toy.json").write_text(json.dumps({"model": "tiny"}))
     assert cli.reference_file("toy", "tiny") == tmp_path / "toy.json"
     assert cli.reference_file("toy", "tiny-moe") == tmp_path / "toy@tiny-moe.json"
+
+
+def test_a_run_with_another_algorithm_has_its_own_reference(tmp_path, monkeypatch):
+    import json
+
+    import validate.__main__ as cli
+
+    monkeypatch.setattr(cli, "REFERENCES", tmp_path)
+    grpo, gspo = {"policy_loss": "ppo_clip", "clip_high": 0.28}, {"policy_loss": "gspo", "clip_high": 0.0004}
+    (tmp_path / "toy.json").write_text(json.dumps({"model": "tiny", "algorithm": grpo}))
+    (tmp_path / "toy+gspo.json").write_text(json.dumps({"model": "tiny", "algorithm": gspo}))
+    assert cli.reference_file("toy", "tiny", grpo) == tmp_path / "toy.json"
+    assert cli.reference_file("toy", "tiny", gspo) == tmp_path / "toy+gspo.json"
+    cispo = {"policy_loss": "cispo", "clip_high": 0.28}
+    assert cli.reference_file("toy", "tiny", cispo) is None  # a new band must be named, not overwrite toy.json
+    message = cli._no_reference({"run": {"name": "toy"}, "model": {"name": "tiny"}, "algorithm": cispo})
+    assert "toy.json: algorithm.policy_loss differ" in message
+    assert "toy+gspo.json: algorithm.clip_high, algorithm.policy_loss differ" in message
+
+
+def test_recording_over_another_algorithms_band_is_refused(tmp_path, monkeypatch, capsys):
+    import json
+
+    import validate.__main__ as cli
+
+    monkeypatch.setattr(cli, "REFERENCES", tmp_path / "references")
+    (tmp_path / "references").mkdir()
+    (tmp_path / "references" / "toy.json").write_text(json.dumps({"model": "tiny", "algorithm": {"policy_loss": "ppo_clip"}}))
+    write_run(tmp_path / "run", [0.1 + 0.03 * i for i in range(8)])
+    config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    (tmp_path / "run" / "config.yaml").write_text(yaml.safe_dump({**config, "algorithm": {"policy_loss": "gspo"}}))
+    assert cli.main([str(tmp_path / "run"), "--record"]) == 2
+    assert "toy.json is the toy band of another algorithm; name this one with --reference" in capsys.readouterr().err
+    named = tmp_path / "references" / "toy+gspo.json"
+    assert cli.main([str(tmp_path / "run"), "--record", "--reference", str(named)]) == 0
+    assert json.loads(named.read_text())["algorithm"] == {"policy_loss": "gspo"}
+    assert cli.main([str(tmp_path / "run")]) == 0  # found by its algorithm, and inside its own band
