@@ -146,6 +146,8 @@ class AgentRolloutSource:
     def _episode(self, name: str, group: int, member: int, item: Item) -> list[Sample]:
         trajectory_id = f"{name}-m{member}"
         result = self._run_agent(self.agents[item.source], trajectory_id, item)
+        # A program killed mid-request leaves its generation running on the engine: it ends here.
+        self.server.router.end_trajectory(trajectory_id)
         reward, info, error = score_safely(self.rewards[item.source], item.data, result)
         trajectory = self.server.router.store.pop(trajectory_id)
         samples = to_samples(trajectory, mode=self.cfg.agent.export) if trajectory is not None else []

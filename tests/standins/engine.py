@@ -66,6 +66,7 @@ class StandinEngine:
         self.outputs: list[list[int]] = []  # the output ids answered to each
         self.ports: list[int] = []  # the client port each /generate came from: one per connection
         self.waiting = 0  # /generate calls held by `hold()`
+        self.aborted: list[str] = []  # the rids /abort_request named; a held call of one answers at once
         self.starts = 0
         self._open = threading.Event()
         self._open.set()
@@ -101,6 +102,7 @@ class StandinEngine:
         self.outputs.clear()
         self.ports.clear()
         self.failures.clear()
+        self.aborted.clear()
 
     def hold(self) -> None:
         """/generate calls wait until `release()`."""
@@ -137,9 +139,13 @@ class StandinEngine:
             self.ports.append(request.client.port)
             self.waiting += 1
             try:
-                await asyncio.to_thread(self._open.wait)
+                while not self._open.is_set() and body.get("rid") not in self.aborted:
+                    await asyncio.sleep(0.01)
             finally:
                 self.waiting -= 1
+            if body.get("rid") in self.aborted:  # SGLang answers an aborted request with what it had
+                self.requests.append(body)
+                return {"text": "", "output_ids": [], "meta_info": {"id": body["rid"], "finish_reason": {"type": "abort"}}}
             if self.status != 200:
                 return JSONResponse({"error": {"message": f"{self.name} answers {self.status}"}}, status_code=self.status)
             if self.failures:
@@ -147,6 +153,11 @@ class StandinEngine:
                     raise RuntimeError("stand-in engine failure")
                 return JSONResponse({"error": {"message": "stand-in engine failure"}}, status_code=500)
             return self._answer(body)
+
+        @app.post("/abort_request")
+        async def abort_request(request: Request):
+            self.aborted.append((await request.json())["rid"])
+            return {}
 
         @app.get("/health")
         @app.get("/health_generate")

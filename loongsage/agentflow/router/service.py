@@ -6,12 +6,14 @@ Both HTTP front ends call `Router.complete`; nothing here knows about a wire for
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 from dataclasses import replace
 
 from loongsage.agentflow.router.chat_format import assistant_text, get_chat_format
 from loongsage.agentflow.router.config import RouterConfig
 from loongsage.agentflow.router.errors import RouterError, bad_request
+from loongsage.agentflow.router.in_flight import InFlight
 from loongsage.agentflow.router.keys import Keys
 from loongsage.agentflow.router.messages import ChatRequest, Sampling, TokenLogprob, TurnResult
 from loongsage.agentflow.router.openai_api import parse_chat_completion
@@ -27,6 +29,8 @@ from loongsage.inference.engine_roster import EngineRoster
 from loongsage.inference.resumable import UNVERSIONED, Generation, generate_resumable
 from loongsage.models import load_tokenizer, resolve_model_path
 from loongsage.sampling import SamplingDefaults
+
+log = logging.getLogger(__name__)
 
 
 class Router:
@@ -51,6 +55,7 @@ class Router:
         self.store = TrajectoryStore()
         self.responses = ResponseHistory()  # what previous_response_id continues (Responses API)
         self.engines = EnginePool(_roster(cfg, roster), cfg.request_timeout_s)
+        self.in_flight = InFlight()
         self._max_context = cfg.max_context
         self._context_probe: asyncio.Future | None = None
 
@@ -61,6 +66,23 @@ class Router:
     async def complete(self, trajectory_id: str | None, attempt: str, request: ChatRequest) -> TurnResult:
         """Render, plan the prompt ids, generate, record. `trajectory_id` None: an anonymous
         request, answered but not recorded (nobody could ever collect it)."""
+        with self.in_flight.handling(trajectory_id):
+            return await self._complete(trajectory_id, attempt, request)
+
+    def end_trajectory(self, trajectory_id: str) -> int:
+        """The trajectory's episode is over (its program exited or was killed): abort its engine
+        requests still in flight, and refuse it further ones (in_flight.py says why). Called from
+        the episode's thread; returns how many requests it aborted."""
+        aborted = 0
+        for rid, engine in self.in_flight.end(trajectory_id):
+            try:
+                engine.abort_request(rid)
+                aborted += 1
+            except EngineError as exc:  # the engine is gone: so is the request
+                log.warning("could not abort %s's request %s on %s: %s", trajectory_id, rid, engine.base_url, exc)
+        return aborted
+
+    async def _complete(self, trajectory_id: str | None, attempt: str, request: ChatRequest) -> TurnResult:
         existing = self.store.get(trajectory_id) if trajectory_id is not None else None
         trajectory = existing or Trajectory(trajectory_id or "")
         plan = trajectory.plan(self._rendered(trajectory, request), attempt, self._tokenize)
@@ -223,9 +245,10 @@ class Router:
         async def call(input_ids: list[int], sampling_params: dict, rid: str) -> dict:
             async def send(engine: EngineClient) -> dict:
                 nonlocal answered
-                response = await engine.agenerate(
-                    input_ids=input_ids, sampling_params=sampling_params, return_logprob=True, rid=rid, **extra
-                )
+                with self.in_flight.request(trajectory_id, rid, engine):
+                    response = await engine.agenerate(
+                        input_ids=input_ids, sampling_params=sampling_params, return_logprob=True, rid=rid, **extra
+                    )
                 answered = engine.base_url
                 return response
 
