@@ -33,7 +33,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from loongsage.bench.launched import launch_run, logged
+from loongsage.bench.launched import launch_run, logged, math_run
 from loongsage.bench.repeat import add_repeats_argument, interleaved, pair_ratios, ratio_line, runs_note
 
 log = logging.getLogger(__name__)
@@ -109,12 +109,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 def _run(args: argparse.Namespace, run_dir: Path, mode: list[str]) -> dict[str, float]:
     episodes = args.prompts * args.group * (1 + args.max_staleness)
     overrides = [
-        "recipe=math_grpo",
-        f"model={args.model}",
-        f"run.dir={run_dir}",
-        f"run.steps={args.steps}",
-        f"run.seed={args.seed}",
-        f"run.save_every={args.steps + 1}",
+        *math_run(args.model, run_dir, args.steps, args.seed),
         f"rollout.prompts_per_step={args.prompts}",
         f"rollout.group_size={args.group}",
         "rollout.max_context=1024",
@@ -127,7 +122,6 @@ def _run(args: argparse.Namespace, run_dir: Path, mode: list[str]) -> dict[str, 
         f"+data.options.turns={args.turns}",
         f"data.reward={WORKLOAD}:e_fraction_reward",
         "data.system_prompt=null",
-        "logging.progress=false",
         *mode,
     ]
     log.info("bench async: running %s (%s)", run_dir.name, mode[0])

@@ -10,6 +10,20 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def math_run(model: str, run_dir: Path, steps: int, seed: int) -> list[str]:
+    """The overrides every benchmark run of math_grpo starts from: no checkpoint (nothing resumes
+    a benchmark run), no progress line (the benchmark prints its own)."""
+    return [
+        "recipe=math_grpo",
+        f"model={model}",
+        f"run.dir={run_dir}",
+        f"run.steps={steps}",
+        f"run.seed={seed}",
+        f"run.save_every={steps + 1}",
+        "logging.progress=false",
+    ]
+
+
 def launch_run(overrides: list[str], what: str) -> None:
     """Run launch.py with `overrides`; a failed run ends the benchmark, its stderr's tail shown."""
     result = subprocess.run([sys.executable, "launch.py", *overrides], cwd=REPO_ROOT, capture_output=True, text=True)

@@ -24,7 +24,7 @@ import logging
 import tempfile
 from pathlib import Path
 
-from loongsage.bench.launched import launch_run, logged
+from loongsage.bench.launched import launch_run, logged, math_run
 
 log = logging.getLogger(__name__)
 
@@ -61,15 +61,9 @@ def main(argv: list[str]) -> int:
 
 def _overrides(args: argparse.Namespace, staleness: int, correction: str, run_dir: Path) -> list[str]:
     return [
-        "recipe=math_grpo",
-        f"model={args.model}",
-        f"run.dir={run_dir}",
-        f"run.steps={args.steps}",
-        f"run.seed={args.seed}",
-        f"run.save_every={args.steps + 1}",
+        *math_run(args.model, run_dir, args.steps, args.seed),
         "run.mode=fully_async",
         f"pipeline.max_staleness={staleness}",
-        "logging.progress=false",
         *CORRECTIONS[correction],
         *args.overrides,
     ]
