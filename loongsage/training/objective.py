@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from loongsage.algorithms.critic import clipped_value_loss
+from loongsage.algorithms.critic import clipped_value_loss, reads_critic
 from loongsage.algorithms.distill import gkd_divergence
 from loongsage.algorithms.losses import Aggregation, kl_estimate, masked_aggregate
 from loongsage.algorithms.off_policy import importance_weights, interpolated_proximal_logprobs
@@ -149,6 +149,8 @@ def check_off_policy_inputs(samples: list[Sample], algo: AlgorithmConfig, policy
         needs.append((f"algorithm.is_level={algo.is_level}", "response_logprobs", "rollout logprobs"))
     if algo.stale_filter != "none":
         needs.append((f"algorithm.stale_filter={algo.stale_filter}", "response_logprobs", "rollout logprobs"))
+    if reads_critic(algo.advantage):
+        needs.append((f"algorithm.advantage={algo.advantage}", "returns", "critic's returns (assign_critic_advantages)"))
     if algo.proximal == "interpolate":
         needs.append(("algorithm.proximal=interpolate", "weight_versions", "weight versions"))
         if policy_version is None:
