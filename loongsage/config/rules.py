@@ -150,6 +150,18 @@ def _range_problems(cfg: Config) -> list[str]:
         ),
         (cfg.run.steps >= 1, f"run.steps={cfg.run.steps} must be >= 1"),
         (cfg.run.save_every >= 1, f"run.save_every={cfg.run.save_every} must be >= 1"),
+        (cfg.run.keep_checkpoints >= 0, f"run.keep_checkpoints={cfg.run.keep_checkpoints} must be >= 0 (0: keep all)"),
+        (cfg.run.keep_every >= 0, f"run.keep_every={cfg.run.keep_every} must be >= 0 (0: none kept apart)"),
+        (
+            cfg.run.keep_every <= 0 or cfg.run.keep_checkpoints > 0,
+            f"run.keep_every={cfg.run.keep_every} selects checkpoints to keep among those deleted, but "
+            f"run.keep_checkpoints=0 deletes none: set run.keep_checkpoints, or leave run.keep_every at 0",
+        ),
+        (
+            cfg.run.keep_every <= 0 or cfg.run.save_every < 1 or cfg.run.keep_every % cfg.run.save_every == 0,
+            f"run.keep_every={cfg.run.keep_every} is not a multiple of run.save_every={cfg.run.save_every}: "
+            f"no scheduled checkpoint would fall on it",
+        ),
         (cfg.logging.rollouts_per_step >= 0, f"logging.rollouts_per_step={cfg.logging.rollouts_per_step} must be >= 0"),
     ]
     return [message for ok, message in rules if not ok]

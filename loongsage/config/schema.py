@@ -357,6 +357,10 @@ class RunConfig:
     seed: int = 0
     resume: bool = False
     save_every: int = 10
+    # Complete checkpoints kept: the newest keep_checkpoints, and every one whose step is a multiple
+    # of keep_every; older ones are deleted once a newer one is complete. 0: keep all.
+    keep_checkpoints: int = 0
+    keep_every: int = 0
     # sync: rollout, then training, then weight sync, in turn. one_step_off: the next batch is
     # generated (one version behind) while the trainer trains. fully_async: rollout never stops;
     # the pipeline's staleness window bounds how far behind its tokens may be.

@@ -24,7 +24,12 @@ from loongsage.algorithms.critic import CRITIC_ESTIMATORS, reads_critic
 from loongsage.cluster.actor_placement import place_actors
 from loongsage.config import Config
 from loongsage.config.teacher_rules import teacher_routes
-from loongsage.controller.checkpoint import latest_checkpoint, load_controller_state, save_checkpoint
+from loongsage.controller.checkpoint import (
+    clear_unfinished_saves,
+    latest_checkpoint,
+    load_controller_state,
+    save_checkpoint,
+)
 from loongsage.controller.completion_rollout import CompletionRolloutSource
 from loongsage.controller.completion_sampler import CompletionSampler
 from loongsage.controller.data_stream import DataStream, Item, from_legacy_state
@@ -323,7 +328,8 @@ class Controller:
             "warm_started": self._warm_started,
             "data": self.data.state_dict(),
         }
-        save_checkpoint(self.run_dir, self.step, state, self.trainer.save_checkpoint)
+        run = self.cfg.run
+        save_checkpoint(self.run_dir, self.step, state, self.trainer.save_checkpoint, run.keep_checkpoints, run.keep_every)
         self._saved_step = self.step
 
     def _stop_here(self, interrupted: StepInterrupted) -> None:
@@ -351,6 +357,9 @@ class Controller:
         log.info("stopping at step %d: checkpoint written in %.1f s", self.step, time.perf_counter() - started)
 
     def _resume_if_possible(self) -> None:
+        unfinished = clear_unfinished_saves(self.run_dir)
+        if unfinished:
+            log.info("removed %d unfinished checkpoint save(s) of an earlier run: %s", len(unfinished), ", ".join(unfinished))
         checkpoint = latest_checkpoint(self.run_dir)
         if checkpoint is None:
             if self.cfg.run.resume:

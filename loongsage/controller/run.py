@@ -22,6 +22,7 @@ from omegaconf import OmegaConf
 
 from loongsage.cluster.ray_settings import apply_ray_settings
 from loongsage.config import Config
+from loongsage.controller.checkpoint import CheckpointWriteError
 from loongsage.controller.engine_failure import EngineDied
 from loongsage.controller.stopping import RunStop
 from loongsage.tasks.swe.preflight import PreflightError
@@ -29,7 +30,8 @@ from loongsage.transfer.shm_owners import sweep_orphans
 
 # A run that stopped on the warning signal and saved; run it again (same run.dir) to go on.
 PREEMPTED_EXIT_CODE = 3
-# A run that could not go on (an engine died): its checkpoint stands; fix, then run again.
+# A run that could not go on (an engine died, a checkpoint could not be written): its last
+# checkpoint stands; fix, then run again.
 FAILED_EXIT_CODE = 1
 # A run refused before its first step (its sandboxes cannot grade): nothing trained.
 REFUSED_EXIT_CODE = 2
@@ -54,7 +56,7 @@ def run(cfg: Config) -> Path | None:
     with stop.ignored_by_children():
         slurm_ray = _init_ray(cfg)
     stop.listen()
-    failure: EngineDied | PreflightError | None = None  # said in a paragraph, without a traceback
+    failure: EngineDied | CheckpointWriteError | PreflightError | None = None  # said in a paragraph, no traceback
     controller = None
     try:
         from loongsage.controller.loop import Controller
@@ -62,7 +64,7 @@ def run(cfg: Config) -> Path | None:
         try:
             controller = Controller(cfg, run_dir)
             finished = controller.run(stop=lambda: stop.requested, abandon=lambda: stop.urgent)
-        except (EngineDied, PreflightError) as error:
+        except (EngineDied, CheckpointWriteError, PreflightError) as error:
             finished, failure = False, error
         finally:
             if controller is not None:

@@ -82,3 +82,24 @@ def test_defaults_pass_the_rules():
 def test_bad_off_policy_settings_name_the_field(override, message):
     with pytest.raises(ConfigError, match=message):
         compose_config(override)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["run.keep_checkpoints=-1"], "run.keep_checkpoints=-1 must be >= 0"),
+        (["run.keep_every=20"], "run.keep_every=20 selects checkpoints to keep among those deleted, but run.keep_checkpoints=0"),
+        (
+            ["run.keep_checkpoints=2", "run.save_every=10", "run.keep_every=15"],
+            "run.keep_every=15 is not a multiple of run.save_every=10",
+        ),
+    ],
+)
+def test_checkpoint_retention_settings_are_refused_by_name(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        compose_config(*overrides)
+
+
+def test_checkpoint_retention_composes():
+    cfg = compose_config("run.keep_checkpoints=2", "run.save_every=5", "run.keep_every=20")
+    assert (cfg.run.keep_checkpoints, cfg.run.keep_every) == (2, 20)
