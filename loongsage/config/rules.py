@@ -149,6 +149,11 @@ def _range_problems(cfg: Config) -> list[str]:
             f"cluster.container.runtime={cfg.cluster.container.runtime} needs cluster.container.image",
         ),
         (cfg.run.steps >= 1, f"run.steps={cfg.run.steps} must be >= 1"),
+        (cfg.data.reward_timeout_s > 0, f"data.reward_timeout_s={cfg.data.reward_timeout_s} must be > 0"),
+        *(
+            (getattr(cfg.router, bound) >= 0, f"router.{bound}={getattr(cfg.router, bound)} must be >= 0 (0: no bound)")
+            for bound in ("max_turns_per_trajectory", "max_tokens_per_trajectory")
+        ),
         (cfg.run.save_every >= 1, f"run.save_every={cfg.run.save_every} must be >= 1"),
         (cfg.run.keep_checkpoints >= 0, f"run.keep_checkpoints={cfg.run.keep_checkpoints} must be >= 0 (0: keep all)"),
         (cfg.run.keep_every >= 0, f"run.keep_every={cfg.run.keep_every} must be >= 0 (0: none kept apart)"),

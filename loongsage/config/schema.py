@@ -239,6 +239,9 @@ class DataConfig:
     shuffle: bool = True
     system_prompt: Optional[str] = None
     num_reward_workers: int = 1
+    # A reward call that has not returned by then scores 0 with the reason (rollout/reward_timeouts):
+    # a hung reward never holds up its group.
+    reward_timeout_s: float = 300.0
     # Several sources in fixed proportions (agent runs only); when set, it replaces source,
     # options and system_prompt above.
     mix: list[DataMixEntry] = field(default_factory=list)
@@ -299,6 +302,12 @@ class RouterSettings:
     # More model names that reach the served model, for programs that pick a model by name for
     # side calls (a small, fast one); the served name is model.name.
     model_aliases: list[str] = field(default_factory=list)
+    # Bounds on one trajectory, over all its requests, for a program that loops or floods: model
+    # turns, and tokens generated (each reply is cut to what is left). Past either, its requests
+    # are refused (HTTP 400 naming the bound) and its episode counts in agent/budget_exhausted_frac.
+    # 0: no bound.
+    max_turns_per_trajectory: int = 0
+    max_tokens_per_trajectory: int = 0
 
 
 @dataclass

@@ -32,7 +32,7 @@ from loongsage.inference.fleet import EngineFleet
 from loongsage.models import is_mixture_of_experts
 from loongsage.sample import Sample
 from loongsage.tasks.registry import Reward, get_reward
-from loongsage.tasks.scoring import score_safely
+from loongsage.tasks.scoring import score_within
 from loongsage.tasks.swe.preflight import sandbox_preflight
 from loongsage.tasks.swe.reward import episode_reward as swe_episode_reward
 
@@ -62,6 +62,8 @@ class AgentRolloutSource:
                 request_timeout_s=cfg.rollout.request_timeout_s,
                 sampling=run_sampling(cfg.rollout),
                 return_routed_experts=is_mixture_of_experts(model_path),
+                max_turns_per_trajectory=cfg.router.max_turns_per_trajectory,
+                max_tokens_per_trajectory=cfg.router.max_tokens_per_trajectory,
             ),
             activity=engines.activity,
             # The engines' state shared with the controller: the router's requests and the weight
@@ -148,7 +150,11 @@ class AgentRolloutSource:
         result = self._run_agent(self.agents[item.source], trajectory_id, item)
         # A program killed mid-request leaves its generation running on the engine: it ends here.
         self.server.router.end_trajectory(trajectory_id)
-        reward, info, error = score_safely(self.rewards[item.source], item.data, result)
+        reward, info, error, timed_out = score_within(
+            self.rewards[item.source], item.data, result, self.cfg.data.reward_timeout_s
+        )
+        if timed_out:  # its thread is left running in this process: said, so that a pile-up is seen
+            log.warning("episode %s: %s (the reward's thread is left running)", trajectory_id, error)
         trajectory = self.server.router.store.pop(trajectory_id)
         samples = to_samples(trajectory, mode=self.cfg.agent.export) if trajectory is not None else []
         if not samples:
@@ -163,12 +169,15 @@ class AgentRolloutSource:
                 episode_turns=sum(len(branch.turns) for branch in trajectory.branches),
                 episode_branches=len(trajectory.branches),
                 hosted_tools_dropped=dict(trajectory.dropped_tools),
+                budget_refusals=trajectory.budget_refusals,
                 reward_info=info,
                 agent_log=result.log[-8:],
                 source=item.source,
             )
             if error is not None:
                 sample.metadata["reward_error"] = error
+            if timed_out:
+                sample.metadata["reward_timed_out"] = True
             mark_grading_error(sample, info)
         return samples
 

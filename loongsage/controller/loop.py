@@ -194,7 +194,7 @@ class Controller:
             from loongsage.controller.agent_rollout import AgentRolloutSource
 
             return AgentRolloutSource(self.cfg, self.engines, model_path)
-        rewards = RewardPool(self.cfg.data.reward, self.cfg.data.num_reward_workers)
+        rewards = RewardPool(self.cfg.data.reward, self.cfg.data.num_reward_workers, self.cfg.data.reward_timeout_s)
         sampler = CompletionSampler(self.cfg.rollout, self.engines, model_path)
         return CompletionRolloutSource(sampler, rewards, self.cfg.run.seed)
 

@@ -22,6 +22,8 @@ def rollout_metrics(samples: list[Sample]) -> dict[str, float]:
         "rollout/truncated_frac": sum(s.finish_reason == "length" for s in samples) / len(samples),
         "rollout/zero_variance_group_frac": sum(max(g) == min(g) for g in groups.values()) / len(groups),
         "rollout/reward_errors": float(sum("reward_error" in s.metadata for s in samples)),
+        # Of those, the rewards that did not return within data.reward_timeout_s.
+        "rollout/reward_timeouts": float(sum(bool(s.metadata.get("reward_timed_out")) for s in samples)),
         # Rewards of 0 because grading broke, not the patch (episodes).
         "rollout/grading_errors": float(grading_errors(samples)),
         "rollout/samples": float(len(samples)),
@@ -60,4 +62,6 @@ def _agent_metrics(samples: list[Sample]) -> dict[str, float]:
         "agent/hosted_tools_dropped": float(
             sum(sum(meta.get("hosted_tools_dropped", {}).values()) for meta in episodes.values())
         ),
+        # Episodes whose program asked on past its trajectory's budget (router.max_*_per_trajectory).
+        "agent/budget_exhausted_frac": sum(meta.get("budget_refusals", 0) > 0 for meta in episodes.values()) / len(episodes),
     }

@@ -28,6 +28,9 @@ class RouterConfig:
     max_context: int | None = None  # prompt + output tokens; None: asked of the engine
     request_timeout_s: float = 600.0
     max_resumes: int = 8  # an aborted generation (weight update) is continued this many times at most
+    # Per trajectory, over all its requests (router.max_turns_per_trajectory, ...); 0: no bound.
+    max_turns_per_trajectory: int = 0
+    max_tokens_per_trajectory: int = 0
     # The run's rollout.temperature/top_p/top_k/max_new_tokens: what a request that leaves one of
     # them unset is sampled with, so black-box agents sample as the run says too.
     sampling: SamplingDefaults = field(default_factory=SamplingDefaults)
@@ -44,6 +47,9 @@ class RouterConfig:
             raise ValueError(f"router hosted_tools={self.hosted_tools!r} is not one of {', '.join(POLICIES)}")
         if self.max_resumes < 0:
             raise ValueError(f"router max_resumes={self.max_resumes} must be >= 0")
+        for name in ("max_turns_per_trajectory", "max_tokens_per_trajectory"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"router.{name}={getattr(self, name)} must be >= 0 (0: no bound)")
 
     @property
     def model_names(self) -> tuple[str, ...]:

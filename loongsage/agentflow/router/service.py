@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import sys
 from dataclasses import replace
 
 from loongsage.agentflow.router.chat_format import assistant_text, get_chat_format
@@ -87,6 +88,8 @@ class Router:
         trajectory = existing or Trajectory(trajectory_id or "")
         plan = trajectory.plan(self._rendered(trajectory, request), attempt, self._tokenize)
         max_new_tokens = await self._max_new_tokens(len(plan.prompt_ids), request.sampling.max_tokens)
+        if trajectory_id is not None:
+            max_new_tokens = min(max_new_tokens, self._budget_left(trajectory))
         params = _sampling_params(request.sampling, self.cfg.sampling)
         top_logprobs = request.top_logprobs if request.logprobs else 0
         generation, engine_url = await self._generate(trajectory_id, plan.prompt_ids, params, max_new_tokens, top_logprobs)
@@ -177,6 +180,20 @@ class Router:
             turn, _ = make_turn(plan, generation, self._decode, self.chat_format.parse_assistant if request.tools else None)
             trajectory.record(plan, "demonstration", turn)
         return trajectory
+
+    def _budget_left(self, trajectory: Trajectory) -> int:
+        """The tokens this trajectory may still generate; a RouterError (400, naming the bound) once
+        it has had its turns or tokens (router.max_turns_per_trajectory, max_tokens_per_trajectory)."""
+        turns, tokens = self.cfg.max_turns_per_trajectory, self.cfg.max_tokens_per_trajectory
+        spent = ""
+        if turns and trajectory.turns_generated >= turns:
+            spent = f"{trajectory.turns_generated} model turns of router.max_turns_per_trajectory={turns}"
+        elif tokens and trajectory.tokens_generated >= tokens:
+            spent = f"{trajectory.tokens_generated} generated tokens of router.max_tokens_per_trajectory={tokens}"
+        if spent:
+            trajectory.budget_refusals += 1
+            raise RouterError(400, f"trajectory {trajectory.id} has spent its budget ({spent}): its episode is over")
+        return tokens - trajectory.tokens_generated if tokens else sys.maxsize
 
     def _tokenize(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False)

@@ -105,6 +105,10 @@ class Trajectory:
         self._sampled_replies: dict[tuple, list[str]] = {}
         # Hosted tools its requests sent and the router left out, by type (router.hosted_tools=drop).
         self.dropped_tools: Counter[str] = Counter()
+        # What it has spent of its budget (router.max_*_per_trajectory), and requests refused past it.
+        self.turns_generated = 0
+        self.tokens_generated = 0
+        self.budget_refusals = 0
 
     def substitute_replies(self, messages: list[Message]) -> list[Message]:
         """Each assistant message this trajectory returned, replaced by the text the model sampled.
@@ -145,6 +149,8 @@ class Trajectory:
             branch = self._new_branch(attempt, plan.reason)
         turn.inherited = plan.inherited if branch is plan.branch else 0
         branch.turns.append(turn)
+        self.turns_generated += 1
+        self.tokens_generated += len(turn.output_ids)
         key = assistant_key(turn.message.content, turn.message.tool_calls)
         self._sampled_replies.setdefault(key, []).append(turn.reply_text)
         return branch

@@ -47,7 +47,7 @@ def _run(cfg: Config, rollout: EngineFleet, model_path: str, steps: int, hold: b
     updates were held so."""
     data = DataStream(cfg.data, cfg.rollout.prompts_per_step, seed=0)
     sampler = CompletionSampler(cfg.rollout, rollout, model_path)
-    source = CompletionRolloutSource(sampler, RewardPool("tests.toy_rewards:digit_fraction", 1), 0)
+    source = CompletionRolloutSource(sampler, RewardPool("tests.toy_rewards:digit_fraction", 1, timeout_s=60), 0)
     version = int(rollout.clients[0].get_weight_version())
     pipeline = RolloutPipeline(cfg, data, source, rollout)
     batches, held = [], 0

@@ -103,3 +103,10 @@ def test_checkpoint_retention_settings_are_refused_by_name(overrides, message):
 def test_checkpoint_retention_composes():
     cfg = compose_config("run.keep_checkpoints=2", "run.save_every=5", "run.keep_every=20")
     assert (cfg.run.keep_checkpoints, cfg.run.keep_every) == (2, 20)
+
+
+def test_trajectory_bounds_are_refused_below_zero_and_without_an_agent():
+    with pytest.raises(ConfigError, match=r"router.max_turns_per_trajectory=-1 must be >= 0"):
+        compose_config("recipe=agentic_swe", "router.max_turns_per_trajectory=-1")
+    with pytest.raises(ConfigError, match=r"router.max_tokens_per_trajectory=100 is read by the AgentFlow router"):
+        compose_config("recipe=math_grpo", "router.max_tokens_per_trajectory=100")

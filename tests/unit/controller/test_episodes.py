@@ -43,12 +43,20 @@ def test_agent_turns_and_branches_are_counted_per_episode():
     for s in samples:
         turns, branches = (5, 3) if s.metadata["trajectory_id"] == "a" else (1, 1)
         dropped = {"web_search": 2} if s.metadata["trajectory_id"] == "a" else {}
-        s.metadata.update(exit_status="submitted", episode_turns=turns, episode_branches=branches, hosted_tools_dropped=dropped)
+        refusals = 2 if s.metadata["trajectory_id"] == "a" else 0
+        s.metadata.update(
+            exit_status="submitted",
+            episode_turns=turns,
+            episode_branches=branches,
+            hosted_tools_dropped=dropped,
+            budget_refusals=refusals,
+        )
     metrics = rollout_metrics(samples)
     assert metrics["agent/episodes"] == 3.0
     assert metrics["agent/turns_mean"] == pytest.approx(7 / 3)  # (5 + 1 + 1) / 3, not weighted by branches
     assert metrics["agent/branches_mean"] == pytest.approx(5 / 3)
     assert metrics["agent/hosted_tools_dropped"] == 2.0  # per episode, not per branch
+    assert metrics["agent/budget_exhausted_frac"] == pytest.approx(1 / 3)  # episodes, not refusals
 
 
 @pytest.fixture

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import math
+import threading
 
 from loongsage.agentflow.agents.base import AgentResult
 from loongsage.tasks.math.reward import math_reward
 from loongsage.tasks.registry import completion_reward
-from loongsage.tasks.scoring import score_safely
+from loongsage.tasks.scoring import score_safely, score_within
 
 ITEM = {"id": "1", "prompt": "2 + 2?", "label": "4"}
 
@@ -54,3 +55,11 @@ def test_long_error_text_is_truncated():
 
     _, _, error = score_safely(loud, ITEM, _answered(""))
     assert len(error) < 600 and error.endswith("...")
+
+
+def test_score_within_gives_up_on_a_reward_that_hangs():
+    release = threading.Event()
+    hung = score_within(lambda item, result: release.wait(), ITEM, _answered(""), timeout_s=0.2)
+    release.set()
+    assert hung == (0.0, {}, "reward timed out: no score within data.reward_timeout_s=0.2 s", True)
+    assert score_within(lambda item, result: (0.5, {}), ITEM, _answered(""), timeout_s=5) == (0.5, {}, None, False)
