@@ -68,7 +68,7 @@ def save_checkpoint(
     except Exception as error:  # noqa: BLE001 - any failure of the write is said the same way, then raised
         raise CheckpointWriteError(_write_failure(run_dir, staging, step, error)) from error
     _move_into_place(staging, final)
-    _write_atomically(root / "latest", final.name)
+    write_atomically(root / "latest", final.name)
     for old in checkpoints_to_delete(complete_checkpoints(run_dir), keep_last, keep_every):
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -146,7 +146,8 @@ def _step_of(path: Path) -> int:
     return int(path.name[len(STEP_PREFIX) :])
 
 
-def _write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str) -> None:
+    """Readers see the old text or the new, never a part (a rename within one directory)."""
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)

@@ -24,6 +24,7 @@ from loongsage.cluster.ray_settings import apply_ray_settings
 from loongsage.config import Config
 from loongsage.controller.checkpoint import CheckpointWriteError
 from loongsage.controller.engine_failure import EngineDied
+from loongsage.controller.run_instance import ProcessRecord, RunDirInUse, claim_run_dir
 from loongsage.controller.stopping import RunStop
 from loongsage.tasks.swe.preflight import PreflightError
 from loongsage.transfer.shm_owners import sweep_orphans
@@ -33,7 +34,7 @@ PREEMPTED_EXIT_CODE = 3
 # A run that could not go on (an engine died, a checkpoint could not be written): its last
 # checkpoint stands; fix, then run again.
 FAILED_EXIT_CODE = 1
-# A run refused before its first step (its sandboxes cannot grade): nothing trained.
+# A run refused before its first step (its sandboxes cannot grade, its run dir is in use): nothing trained.
 REFUSED_EXIT_CODE = 2
 
 log = logging.getLogger(__name__)
@@ -49,10 +50,22 @@ def run(cfg: Config) -> Path | None:
         return None
     run_dir = Path(cfg.run.dir).expanduser().resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        ended = claim_run_dir(run_dir)
+    except RunDirInUse as in_use:
+        log.error("%s", in_use)
+        raise SystemExit(REFUSED_EXIT_CODE) from None
+    if ended:
+        log.info(
+            "ended %d process(es) that an earlier run of this run dir left running (it was killed before it could): %s",
+            len(ended),
+            ", ".join(ended),
+        )
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
     log.info("run dir: %s", run_dir)
     _prepare_models(cfg)
     stop = RunStop()
+    record = ProcessRecord(run_dir).start()
     with stop.ignored_by_children():
         slurm_ray = _init_ray(cfg)
     stop.listen()
@@ -82,6 +95,7 @@ def run(cfg: Config) -> Path | None:
         orphans = sweep_orphans()
         if orphans:
             log.info("unlinked %d shared-memory segment(s) of processes gone: %s", len(orphans), ", ".join(orphans))
+        record.stop()
         stop.close()
     if isinstance(failure, PreflightError):
         log.error("%s", failure)

@@ -96,8 +96,8 @@ class RunStop:
         """Kill what the run started and is still alive (after Ray's shutdown: its agents can
         outlive it); the names of what had to be killed."""
         leftovers = self._started_by_run()
-        names = [_describe(p) for p in leftovers]
-        _terminate(leftovers)
+        names = [describe_process(p) for p in leftovers]
+        terminate_processes(leftovers)
         return names
 
     def _started_by_run(self) -> list[psutil.Process]:
@@ -118,7 +118,7 @@ class RunStop:
         log.info("%s again: exiting now; the run dir keeps its last complete checkpoint", signal.Signals(signum).name)
         for stop_signal in STOP_SIGNALS:
             signal.signal(stop_signal, signal.SIG_IGN)  # a third press must not interrupt the kill
-        _terminate(self._started_by_run(), wait_s=0.5)
+        terminate_processes(self._started_by_run(), wait_s=0.5)
         sweep_orphans()  # the shared-memory segments of the trainer's workers just killed
         sys.stdout.flush()
         sys.stderr.flush()
@@ -132,7 +132,7 @@ def _descendants() -> list[psutil.Process]:
         return []
 
 
-def _terminate(processes: list[psutil.Process], wait_s: float = KILL_WAIT_S) -> None:
+def terminate_processes(processes: list[psutil.Process], wait_s: float = KILL_WAIT_S) -> None:
     for process in processes:
         try:
             process.terminate()
@@ -147,7 +147,7 @@ def _terminate(processes: list[psutil.Process], wait_s: float = KILL_WAIT_S) -> 
     psutil.wait_procs(alive, timeout=wait_s)
 
 
-def _describe(process: psutil.Process) -> str:
+def describe_process(process: psutil.Process) -> str:
     try:
         return f"{process.pid} ({process.name()})"
     except psutil.Error:

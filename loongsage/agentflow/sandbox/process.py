@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from loongsage.agentflow.sandbox.limits import ExecResult, SandboxError
+from loongsage.run_marker import marker_env
 
 _READ_CHUNK = 1 << 20
 # After the command exits, how long processes that escaped its group may keep our pipes
@@ -64,7 +65,7 @@ def run_captured(
         proc = subprocess.Popen(
             argv,
             cwd=cwd,
-            env=dict(env),
+            env=dict(env) | marker_env(),  # found and ended by the next start if the run is killed
             start_new_session=True,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
