@@ -38,7 +38,8 @@ def claim_run_dir(run_dir: Path) -> list[str]:
     leftovers: list[psutil.Process] = []
     if path.exists():
         earlier = json.loads(path.read_text())
-        if earlier.get("host") == socket.gethostname():
+        # An earlier run in this very process (a test, a notebook) ended its own processes.
+        if earlier.get("host") == socket.gethostname() and earlier["pid"] != os.getpid():
             _refuse_if_alive(run_dir, earlier)
             leftovers = _left_by(earlier)
     described = [describe_process(process) for process in leftovers]
@@ -105,7 +106,7 @@ def _same_process(pid: int, create_time: float) -> bool:
 
 
 def _refuse_if_alive(run_dir: Path, earlier: dict) -> None:
-    if earlier["pid"] == os.getpid() or not _same_process(earlier["pid"], earlier["create_time"]):
+    if not _same_process(earlier["pid"], earlier["create_time"]):
         return
     owner = psutil.Process(earlier["pid"])
     raise RunDirInUse(
