@@ -23,6 +23,7 @@ class AppServer:
         # Binding here (port 0 = any free port) removes the pick-then-bind race.
         self._socket.bind((host, port))
         self.base_url = "http://{}:{}".format(*self._socket.getsockname()[:2])
+        self.port: int = self._socket.getsockname()[1]
         self._server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 

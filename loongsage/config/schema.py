@@ -33,8 +33,6 @@ class SglangConfig:
     extra_args: list[str] = field(default_factory=list)
     # Seconds a (re)started server has to answer /health_generate before the engine is given up.
     startup_timeout_s: float = 600.0
-    # Restarts of one engine's process over the run; one more death fails the run.
-    max_restarts: int = 3
 
 
 @dataclass
@@ -53,6 +51,9 @@ class RolloutConfig:
     num_threads: int = 2
     dtype: str = "float32"
     request_timeout_s: float = 600.0
+    # Restarts of one engine over the run (an SGLang server's process, the embedded engine's actor),
+    # each back on its URL with the published weights before it serves; one more death fails the run.
+    max_engine_restarts: int = 3
     # Only read by rollout.engine=sglang.
     sglang: SglangConfig = field(default_factory=SglangConfig)
 

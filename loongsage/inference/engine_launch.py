@@ -51,5 +51,6 @@ def engine_cfg(cfg: RolloutConfig, seat: int, cpus: list[int] | None, seats: Eng
             "followers": seats.followers[seat] if seats.followers else [],
             "colocated": seats.colocated,
             "log_dir": seats.log_dir,
+            "max_restarts": cfg.max_engine_restarts,
         }
     return settings

@@ -1,8 +1,8 @@
 """What each engine actor says of itself: gone for good, or how often it restarted its server.
 
-The SGLang actor restarts its server process when it dies (rollout.sglang.max_restarts); an
-engine is dead for good when its actor is gone (the embedded engine lives in its actor) or its
-restarts are spent. Which engine died is asked of its actor, not guessed from the error that
+The SGLang actor restarts its server process when it dies, and Ray restarts the embedded engine's
+actor (both rollout.max_engine_restarts); an engine is dead for good when its actor is gone for
+good or its restarts are spent. Which engine died is asked of its actor, not guessed from the error that
 surfaced first (a dropped HTTP connection looks the same while a process restarts)."""
 
 from __future__ import annotations
@@ -37,8 +37,10 @@ def _statuses(actors: list) -> list[dict | None]:
     for probe in probes:
         try:
             statuses.append(ray.get(probe, timeout=LIVENESS_TIMEOUT_S))
+        except ray.exceptions.ActorUnavailableError:
+            statuses.append({})  # Ray is restarting it (rollout.max_engine_restarts)
         except ray.exceptions.RayActorError:
             statuses.append(None)
         except ray.exceptions.GetTimeoutError:
-            statuses.append({})  # alive, only busy
+            statuses.append({})  # alive, only busy (or still loading its model after a restart)
     return statuses

@@ -17,6 +17,14 @@ from loongsage.registry import Registry
 ENGINES: Registry[ActorClass] = Registry("rollout engine")
 ENGINES.register("embedded", EmbeddedEngineActor)
 ENGINES.register_lazy("sglang", "loongsage.inference.sglang.actor:SglangEngineActor")
+# Engines that live in their actor's process, so Ray restarts the actor when it dies
+# (rollout.max_engine_restarts); the SGLang actor restarts its server process itself.
+RESTARTED_BY_RAY = frozenset({"embedded"})
+
+
+def restart_options(name_or_path: str, max_restarts: int) -> dict:
+    """The Ray actor options that restart an engine of `rollout.engine=name_or_path`."""
+    return {"max_restarts": max_restarts} if name_or_path in RESTARTED_BY_RAY else {}
 
 
 def engine_actor(name_or_path: str) -> ActorClass:

@@ -22,7 +22,7 @@ from loongsage.inference.client import EngineClient, EngineError
 from loongsage.inference.engine_launch import EngineSeats, engine_cfg
 from loongsage.inference.engine_roster import EngineRoster
 from loongsage.inference.engine_status import dead_engines, engine_restarts
-from loongsage.inference.engines import engine_actor
+from loongsage.inference.engines import engine_actor, restart_options
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +49,15 @@ class EngineFleet:
         seats: EngineSeats | None = None,
         weight_versions: Sequence[str] | None = None,
         count_key: str = "rollout.num_engines",
+        actor_restarts: bool = True,
     ):
         """One engine per entry of `model_paths`, its starting weights labelled with the entry of
         `weight_versions` (default: BASE_WEIGHT_VERSION). `cpus`: the cores of each engine
         (disaggregated placement on this machine); None: all cores. `ray_options`: each engine's
         Ray actor options (its placement-group seat); None: Ray's defaults. `seats`: None, on this
         machine's devices as Ray hands them out. `count_key`: the setting that gives the number of
-        engines, for messages."""
+        engines, for messages. `actor_restarts`: an engine living in its actor is restarted by Ray
+        (rollout.max_engine_restarts), which serves its starting weights until the next push."""
         seats = seats or EngineSeats()
         count = len(model_paths)
         check_one_per_actor(cpus, count, "EngineFleet cpus", count_key)
@@ -70,9 +72,10 @@ class EngineFleet:
         self.cfg = cfg
         self.colocated = seats.colocated
         engine = engine_actor(cfg.engine)
+        restarts = restart_options(cfg.engine, cfg.max_engine_restarts) if actor_restarts else {}
         versions = weight_versions or [BASE_WEIGHT_VERSION] * count
         self.actors = [
-            engine.options(**(ray_options[i] if ray_options else {})).remote(
+            engine.options(**restarts, **(ray_options[i] if ray_options else {})).remote(
                 model_path, engine_cfg(cfg, i, cpus[i] if cpus else None, seats, versions[i]), cpus[i] if cpus else None
             )
             for i, model_path in enumerate(model_paths)

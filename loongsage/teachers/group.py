@@ -61,6 +61,8 @@ class TeacherGroup:
             ),
             weight_versions=[teacher.name for teacher in starting],
             count_key="teachers.max_resident",
+            # A restarted actor would serve the teacher it was created with, not the one swapped in since.
+            actor_restarts=False,
         )
         waiting = slots < len(self.teachers)  # some teacher is swapped in when its samples come
         self.store = _start_store(self.teachers, ray_options, gpus) if waiting and cfg.teachers.offload == "host" else None

@@ -5,7 +5,7 @@ A restarted server listens on the same port, so the URL clients hold stays valid
 the same --weight-version as the first start: it serves the starting weights, whatever the
 trainer pushed since, and says so in every response's `weight_version` (which is how the run
 notices it must push the current weights again). `status()["restarts"]` counts the restarts.
-After more than rollout.sglang.max_restarts deaths it is left dead and `status()["failed"]` says why.
+After more than rollout.max_engine_restarts deaths it is left dead and `status()["failed"]` says why.
 
 An engine spanning nodes (its seat has followers) runs one server process per node: this actor's
 is node rank 0, which serves HTTP, and an SglangNodeActor on each further node's seat runs node
@@ -207,13 +207,13 @@ class SglangEngineActor:
             if self._stopping.is_set():
                 return False
             log.error(
-                "%s (pid %s) died with exit code %s (death %d; rollout.sglang.max_restarts=%d); log %s%s",
+                "%s (pid %s) died with exit code %s (death %d; rollout.max_engine_restarts=%d); log %s%s",
                 self.name, dead.pid, dead.returncode, self._deaths, max_restarts, self.log_path,
                 f"\nfurther nodes that ended:\n{nodes}" if nodes else "",
             )  # fmt: skip
             if self._deaths > max_restarts:
                 failed = (
-                    f"{self.name} died {self._deaths} time(s), more than rollout.sglang.max_restarts={max_restarts}; "
+                    f"{self.name} died {self._deaths} time(s), more than rollout.max_engine_restarts={max_restarts}; "
                     f"not restarting it. Last exit code {dead.returncode}; log {self.log_path}, last lines:\n"
                     f"{dead.log_tail()}"
                 )

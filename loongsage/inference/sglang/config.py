@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from loongsage.config.schema import SglangConfig
+from loongsage.config.schema import RolloutConfig, SglangConfig
 from loongsage.inference.sglang.flags import LaunchSpec
 
 _DEFAULTS = SglangConfig()
@@ -27,7 +27,7 @@ class SglangSettings:
     mem_fraction_static: float = _DEFAULTS.mem_fraction_static
     extra_args: tuple[str, ...] = tuple(_DEFAULTS.extra_args)
     startup_timeout_s: float = _DEFAULTS.startup_timeout_s
-    max_restarts: int = _DEFAULTS.max_restarts
+    max_restarts: int = RolloutConfig.max_engine_restarts  # rollout.max_engine_restarts
     # the engine's seat
     index: int = 0  # among the run's engines: names its log file, its ports, its messages
     tp: int = 1  # roles.rollout.tp
@@ -122,7 +122,7 @@ def _check(settings: EngineSettings) -> None:
     if sglang.startup_timeout_s <= 0:
         raise ValueError(f"rollout.sglang.startup_timeout_s={sglang.startup_timeout_s}: must be positive")
     if sglang.max_restarts < 0:
-        raise ValueError(f"rollout.sglang.max_restarts={sglang.max_restarts}: must be at least 0")
+        raise ValueError(f"rollout.max_engine_restarts={sglang.max_restarts}: must be at least 0")
     if sglang.index < 0:
         raise ValueError(f"engine_cfg['sglang']['index']={sglang.index}: must be at least 0")
     if sglang.tp % sglang.nnodes:

@@ -109,8 +109,8 @@ def test_a_run_on_the_sglang_actor_survives_two_engine_deaths(tmp_path):
 
 def test_a_run_whose_engine_dies_past_its_restarts_stops_naming_it(tmp_path):
     run_dir = tmp_path / "no_restarts"
-    result, killed = _run_killing_the_server(run_dir, "rollout.sglang.max_restarts=0", "run.steps=6", timeout=300)
+    result, killed = _run_killing_the_server(run_dir, "rollout.max_engine_restarts=0", "run.steps=6", timeout=300)
     assert killed, "the run ended before its engine was killed"
     assert result.returncode != 0
-    assert "inference engine 0 (" in result.stderr and "rollout.sglang.max_restarts=0" in result.stderr, result.stderr[-3000:]
+    assert "inference engine 0 (" in result.stderr and "rollout.max_engine_restarts=0" in result.stderr, result.stderr[-3000:]
     assert "engine-0.log" in result.stderr, "the message points at the engine's log"

@@ -203,7 +203,8 @@ def test_second_ctrl_c_exits_at_once_even_with_every_actor_stuck(tmp_path):
 
 
 def test_a_dead_engine_stops_the_run_with_one_paragraph(tmp_path):
-    run = Run(*SLOW, "run.save_every=1", f"run.dir={tmp_path}")
+    """With no restarts left (rollout.max_engine_restarts=0; test_engine_restart.py has one)."""
+    run = Run(*SLOW, "run.save_every=1", "rollout.max_engine_restarts=0", f"run.dir={tmp_path}")
     run.wait_for("step 1/")
     started = run.processes()
     before = len(run.lines)

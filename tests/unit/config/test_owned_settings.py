@@ -63,16 +63,17 @@ def test_gradient_checkpointing_under_megatron_is_refused():
 
 def test_sglang_settings_under_the_embedded_engine_are_refused_by_name():
     cfg = Config()
-    cfg.rollout.sglang.max_restarts = 5
+    cfg.rollout.sglang.startup_timeout_s = 5.0
     cfg.rollout.sglang.extra_args = ["--attention-backend", "fa3"]
     message = problems(cfg)
-    assert "rollout.sglang.extra_args=['--attention-backend', 'fa3'], rollout.sglang.max_restarts=5 only applies" in message
+    named = "rollout.sglang.extra_args=['--attention-backend', 'fa3'], rollout.sglang.startup_timeout_s=5.0"
+    assert f"{named} only applies" in message
 
 
 def test_sglang_settings_under_sglang_pass():
     cfg = Config()
     cfg.rollout.engine = "sglang"
-    cfg.rollout.sglang.max_restarts = 5
+    cfg.rollout.sglang.startup_timeout_s = 5.0
     check(cfg)
 
 

@@ -201,7 +201,7 @@ def test_a_death_beyond_max_restarts_fails_the_engine_by_name(actor_class, tmp_p
     os.kill(pid, signal.SIGKILL)
     status = _status_when(actor, lambda s: s["failed"] is not None, timeout_s=60)
     assert status["failed"] is not None, status
-    assert "sglang engine 3 died 1 time(s), more than rollout.sglang.max_restarts=0" in status["failed"]
+    assert "sglang engine 3 died 1 time(s), more than rollout.max_engine_restarts=0" in status["failed"]
     assert "standin serving" in status["failed"]  # the log's tail
     assert (status["restarts"], status["alive"], status["pid"]) == (0, False, pid)
     ray.get(actor.stop.remote(), timeout=60)

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from loongsage.config.schema import SglangConfig
+from loongsage.config.schema import RolloutConfig, SglangConfig
 from loongsage.inference.sglang.config import EngineSettings, launch_spec
 
 # What EngineFleet gives every engine, plus rollout.sglang and the engine's seat.
@@ -53,7 +53,7 @@ def test_an_engine_spanning_nodes_gives_each_node_rank_its_flags():
 
 def test_without_engine_cfg_everything_has_a_default():
     settings = EngineSettings.from_dict(None)
-    assert settings.sglang.max_restarts == SglangConfig().max_restarts and settings.sglang.gpus is None
+    assert settings.sglang.max_restarts == RolloutConfig().max_engine_restarts and settings.sglang.gpus is None
 
 
 @pytest.mark.parametrize(
@@ -65,7 +65,7 @@ def test_without_engine_cfg_everything_has_a_default():
         ({"sglang": {"command": "python -m sglang.launch_server"}}, "rollout.sglang.command"),
         ({"sglang": {"command": []}}, "rollout.sglang.command is empty"),
         ({"sglang": {"extra_args": "--x"}}, "rollout.sglang.extra_args"),
-        ({"sglang": {"max_restarts": -1}}, "rollout.sglang.max_restarts"),
+        ({"sglang": {"max_restarts": -1}}, "rollout.max_engine_restarts"),
         ({"sglang": {"startup_timeout_s": 0}}, "rollout.sglang.startup_timeout_s"),
         ({"sglang": {"index": -1}}, "index"),
         ({"max_running": "8"}, "'max_running'"),
