@@ -149,6 +149,7 @@ def _range_problems(cfg: Config) -> list[str]:
             f"cluster.container.runtime={cfg.cluster.container.runtime} needs cluster.container.image",
         ),
         (cfg.run.steps >= 1, f"run.steps={cfg.run.steps} must be >= 1"),
+        (cfg.run.max_restarts >= 0, f"run.max_restarts={cfg.run.max_restarts} must be >= 0"),
         (cfg.rollout.max_engine_restarts >= 0, f"rollout.max_engine_restarts={cfg.rollout.max_engine_restarts} must be >= 0"),
         (cfg.data.reward_timeout_s > 0, f"data.reward_timeout_s={cfg.data.reward_timeout_s} must be > 0"),
         *(

@@ -371,6 +371,9 @@ class RunConfig:
     # of keep_every; older ones are deleted once a newer one is complete. 0: keep all.
     keep_checkpoints: int = 0
     keep_every: int = 0
+    # Rebuilds of the trainer group after one of its ranks dies (killed, out of memory), each from
+    # the last checkpoint; one more death stops the run.
+    max_restarts: int = 3
     # sync: rollout, then training, then weight sync, in turn. one_step_off: the next batch is
     # generated (one version behind) while the trainer trains. fully_async: rollout never stops;
     # the pipeline's staleness window bounds how far behind its tokens may be.

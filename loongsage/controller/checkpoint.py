@@ -12,6 +12,8 @@ import os
 import shutil
 from pathlib import Path
 
+from loongsage.training.errors import TrainerError
+
 log = logging.getLogger(__name__)
 
 STEP_PREFIX = "step_"
@@ -66,6 +68,9 @@ def save_checkpoint(
         save_trainer(str(staging / "trainer"))
         (staging / "controller.json").write_text(json.dumps(controller_state, indent=2))
     except Exception as error:  # noqa: BLE001 - any failure of the write is said the same way, then raised
+        if isinstance(error, TrainerError) and error.died:  # not the disk's doing: the trainer restarts
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
         raise CheckpointWriteError(_write_failure(run_dir, staging, step, error)) from error
     _move_into_place(staging, final)
     write_atomically(root / "latest", final.name)

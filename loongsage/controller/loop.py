@@ -33,13 +33,13 @@ from loongsage.controller.checkpoint import (
 from loongsage.controller.completion_rollout import CompletionRolloutSource
 from loongsage.controller.completion_sampler import CompletionSampler
 from loongsage.controller.data_stream import DataStream, Item, from_legacy_state
-from loongsage.controller.engine_failure import EngineDied
 from loongsage.controller.episodes import assign_critic_advantages, assign_episodes
 from loongsage.controller.interruptible import InterruptibleCalls, StepInterrupted, thread_stacks
 from loongsage.controller.metrics import rollout_metrics
 from loongsage.controller.monitor import Monitor
 from loongsage.controller.rewards import RewardPool
 from loongsage.controller.rollout_pipeline import PROMPT_GROUP_THREAD, RolloutPipeline, RolloutSource
+from loongsage.controller.run_failures import EngineDied, TrainerGaveUp
 from loongsage.controller.warm_start import warm_start
 from loongsage.inference.activity import IdleClock
 from loongsage.inference.engine_launch import EngineSeats
@@ -48,6 +48,7 @@ from loongsage.models import is_mixture_of_experts, resolve_model_path
 from loongsage.sample import Sample
 from loongsage.tasks.registry import get_data_source
 from loongsage.teachers.group import TeacherGroup
+from loongsage.training.errors import TrainerError
 from loongsage.training.group import TrainGroup
 from loongsage.transfer.weight_routes import SourceSeat, plan_weight_routes, stop_relays
 
@@ -83,19 +84,14 @@ class Controller:
                 ),
             )
             self.teachers = self._teacher_group(model_path)
-            self.trainer = TrainGroup(
-                model_path,
-                cfg.trainer,
-                cfg.algorithm,
-                cfg.run.seed,
-                ray_options=self.placement.trainer_options,
-                cpus=self.placement.trainer_cpus,
-            )
+            self.trainer = self._train_group(model_path)
             self._plan_weight_routes()
         except BaseException:
             self.placement.remove()
             raise
         self.source = self._rollout_source(model_path)
+        self.model_path = model_path
+        self.trainer_restarts = 0
         self.step = 0
         self.weight_version = 0
         self.pipeline: RolloutPipeline | None = None  # started by run(), after any warm start
@@ -120,17 +116,20 @@ class Controller:
                 self._warm_start(monitor, stop, abandon)
                 self._warm_started = True
                 monitor.start_clock()
-            first_group = self.step * self.cfg.rollout.prompts_per_step  # seeds and names go on across a resume
-            self.pipeline = RolloutPipeline(self.cfg, self.data, self.source, self.engines, first_group)
-            self._idle_clock = IdleClock(self.engines.activity)
+            self._start_pipeline()
             while self.step < self.cfg.run.steps:
                 if stop():
                     raise StepInterrupted("asked to stop between steps")
-                samples, metrics = self._one_step(stop, abandon)
-                self.step += 1
-                monitor.log(self.step, metrics, samples)
-                if self.step % self.cfg.run.save_every == 0 or self.step == self.cfg.run.steps:
-                    self._save()
+                try:
+                    samples, metrics = self._one_step(stop, abandon)
+                    self.step += 1
+                    monitor.log(self.step, metrics, samples)
+                    if self.step % self.cfg.run.save_every == 0 or self.step == self.cfg.run.steps:
+                        self._save()
+                except TrainerError as error:
+                    monitor.close()
+                    self._restart_trainer(error)
+                    monitor = Monitor(self.cfg.logging, self.run_dir, self.cfg.run.steps, self.step)
             return True
         except StepInterrupted as interrupted:
             self._stop_here(interrupted)
@@ -174,6 +173,39 @@ class Controller:
             log.warning("still running at shutdown: %s\n%s", ", ".join(t.name for t in stuck), thread_stacks(stuck))
         self.placement.remove()
 
+    def _start_pipeline(self) -> None:
+        first_group = self.step * self.cfg.rollout.prompts_per_step  # seeds and names go on across a resume
+        self.pipeline = RolloutPipeline(self.cfg, self.data, self.source, self.engines, first_group)
+        self._idle_clock = IdleClock(self.engines.activity)
+
+    def _restart_trainer(self, error: TrainerError) -> None:
+        """A rank died: a new trainer group on the same seats, the last checkpoint loaded into it
+        (weights, optimizer, and the data position with its unsettled items), the engines given its
+        weights under a new version, and a new pipeline from there. The steps after that checkpoint
+        are trained again. TrainerGaveUp when the error is not a death or the restarts are spent."""
+        budget = self.cfg.run.max_restarts
+        checkpoint = latest_checkpoint(self.run_dir)
+        if not error.died or self.trainer_restarts >= budget:
+            raise TrainerGaveUp(error, self.trainer_restarts, budget, checkpoint) from error
+        self.trainer_restarts += 1
+        started = time.perf_counter()
+        where = f"{checkpoint}" if checkpoint else "the base model (no checkpoint yet)"
+        log.warning(
+            "%s; restart %d of run.max_restarts=%d: a new trainer group from %s", error, self.trainer_restarts, budget, where
+        )
+        self.pipeline.close()  # its groups in flight end into a buffer nobody reads
+        self.pipeline = None
+        self.trainer = self._train_group(self.model_path)
+        self.trainer.set_weight_plan(self.weight_plan)
+        self.data = DataStream(self.cfg.data, self.cfg.rollout.prompts_per_step, self.cfg.run.seed)
+        self.step = self._saved_step = 0
+        if checkpoint is not None:
+            self._load(checkpoint)
+        with self.engines.weight_update(interrupt=True):  # what the old pipeline still generates stops
+            self._sync_weights()
+        self._start_pipeline()
+        log.info("trainer restarted at step %d in %.1f s", self.step, time.perf_counter() - started)
+
     def _teacher_group(self, model_path: str) -> TeacherGroup | None:
         """The teachers' engines on their seats (roles.teacher), when some data source has one."""
         if not teacher_routes(self.cfg):
@@ -185,6 +217,17 @@ class Controller:
             self.run_dir,
             ray_options=[seat.actor_options() for seat in seats] or None,
             gpus=[list(seat.gpus) for seat in seats] or None,
+        )
+
+    def _train_group(self, model_path: str) -> TrainGroup:
+        cfg = self.cfg
+        return TrainGroup(
+            model_path,
+            cfg.trainer,
+            cfg.algorithm,
+            cfg.run.seed,
+            ray_options=self.placement.trainer_options,
+            cpus=self.placement.trainer_cpus,
         )
 
     def _rollout_source(self, model_path: str) -> RolloutSource:
@@ -273,6 +316,7 @@ class Controller:
                 "async/rollout_idle_ratio": self._idle_clock.lap(),
                 "faults/engine_restarts": float(self.engines.restarts()),
                 "faults/engine_failovers": float(self.engines.roster.failures),
+                "faults/trainer_restarts": float(self.trainer_restarts),
             }
         )
         return samples, metrics
@@ -280,12 +324,14 @@ class Controller:
     def _tending_engines(self, stop: Callable[[], bool]) -> Callable[[], bool]:
         """`stop`, polled while the batch rolls out, also tending the engines every few seconds:
         one that died for good stops the run; one that came back after a restart gets the
-        published weights (the trainer holds exactly those while it waits for a batch)."""
+        published weights (the trainer holds exactly those while it waits for a batch). The
+        trainer, idle meanwhile, is asked whether its ranks live: a dead one restarts it now."""
 
         def poll() -> bool:
             if time.monotonic() >= self._next_engine_check:
                 self._next_engine_check = time.monotonic() + ENGINE_CHECK_EVERY_S
                 self._stop_if_engines_died()
+                self.trainer.check_alive()
                 self.engines.resync(lambda urls: self.trainer.push_weights(urls, self.weight_version))
             return stop()
 
@@ -316,10 +362,10 @@ class Controller:
             rank: SourceSeat(host, list(trainer_seats[rank].gpus) if trainer_seats else [])
             for rank, host in self.trainer.weight_sources.items()
         }
-        plan, self.relays = plan_weight_routes(
+        self.weight_plan, self.relays = plan_weight_routes(
             self.cfg.trainer.weight_sync, sources, self.engines.urls, self.placement.engine_gpus, self.run_dir
         )
-        self.trainer.set_weight_plan(plan)
+        self.trainer.set_weight_plan(self.weight_plan)
 
     def _save(self) -> None:
         state = {
@@ -356,6 +402,16 @@ class Controller:
             self._save()
         log.info("stopping at step %d: checkpoint written in %.1f s", self.step, time.perf_counter() - started)
 
+    def _load(self, checkpoint: Path) -> None:
+        """The trainer's state and the controller's step and data position (not the weight
+        version: a restart goes on from the published one)."""
+        state = load_controller_state(checkpoint)
+        self.trainer.load_checkpoint(str(checkpoint / "trainer"))
+        self.step = self._saved_step = state["step"]
+        # Checkpoints from before the field existed are all of trained steps, after any warm start.
+        self._warm_started = state.get("warm_started", True)
+        self.data.load_state_dict(state["data"] if "data" in state else from_legacy_state(state, self.data))
+
     def _resume_if_possible(self) -> None:
         unfinished = clear_unfinished_saves(self.run_dir)
         if unfinished:
@@ -365,13 +421,8 @@ class Controller:
             if self.cfg.run.resume:
                 raise FileNotFoundError(f"run.resume=true but {self.run_dir} holds no checkpoint to resume from")
             return
-        state = load_controller_state(checkpoint)
-        self.trainer.load_checkpoint(str(checkpoint / "trainer"))
-        self.step = self._saved_step = state["step"]
-        # Checkpoints from before the field existed are all of trained steps, after any warm start.
-        self._warm_started = state.get("warm_started", True)
-        self.weight_version = state["weight_version"]
-        self.data.load_state_dict(state["data"] if "data" in state else from_legacy_state(state, self.data))
+        self._load(checkpoint)
+        self.weight_version = load_controller_state(checkpoint)["weight_version"]
         # The engines start from the base model; give them the checkpoint's weights.
         version = self.weight_version
         self.engines.push_weights(lambda urls: self.trainer.push_weights(urls, version), version)

@@ -23,7 +23,7 @@ from omegaconf import OmegaConf
 from loongsage.cluster.ray_settings import apply_ray_settings
 from loongsage.config import Config
 from loongsage.controller.checkpoint import CheckpointWriteError
-from loongsage.controller.engine_failure import EngineDied
+from loongsage.controller.run_failures import EngineDied, TrainerGaveUp
 from loongsage.controller.run_instance import ProcessRecord, RunDirInUse, claim_run_dir
 from loongsage.controller.stopping import RunStop
 from loongsage.tasks.swe.preflight import PreflightError
@@ -31,8 +31,8 @@ from loongsage.transfer.shm_owners import sweep_orphans
 
 # A run that stopped on the warning signal and saved; run it again (same run.dir) to go on.
 PREEMPTED_EXIT_CODE = 3
-# A run that could not go on (an engine died, a checkpoint could not be written): its last
-# checkpoint stands; fix, then run again.
+# A run that could not go on (an engine died, the trainer's restarts were spent, a checkpoint could
+# not be written): its last checkpoint stands; fix, then run again.
 FAILED_EXIT_CODE = 1
 # A run refused before its first step (its sandboxes cannot grade, its run dir is in use): nothing trained.
 REFUSED_EXIT_CODE = 2
@@ -69,7 +69,7 @@ def run(cfg: Config) -> Path | None:
     with stop.ignored_by_children():
         slurm_ray = _init_ray(cfg)
     stop.listen()
-    failure: EngineDied | CheckpointWriteError | PreflightError | None = None  # said in a paragraph, no traceback
+    failure: EngineDied | TrainerGaveUp | CheckpointWriteError | PreflightError | None = None  # a paragraph, no traceback
     controller = None
     try:
         from loongsage.controller.loop import Controller
@@ -77,7 +77,7 @@ def run(cfg: Config) -> Path | None:
         try:
             controller = Controller(cfg, run_dir)
             finished = controller.run(stop=lambda: stop.requested, abandon=lambda: stop.urgent)
-        except (EngineDied, CheckpointWriteError, PreflightError) as error:
+        except (EngineDied, TrainerGaveUp, CheckpointWriteError, PreflightError) as error:
             finished, failure = False, error
         finally:
             if controller is not None:

@@ -49,6 +49,7 @@ class TrainGroup:
         self.algo = algo_settings(algo)
         self.step = 0
         self._broken: str | None = None
+        self._broken_by_death = False
         ranks, (ranks_key, _) = train_ranks(self.trainer), train_ranks_named(self.trainer)
         check_one_per_actor(ray_options, ranks, "TrainGroup ray_options", ranks_key)
         check_one_per_actor(cpus, ranks, "TrainGroup cpus", ranks_key)
@@ -122,6 +123,12 @@ class TrainGroup:
         ranks = [rank for rank, where in self.weight_sources.items() if where == host]
         return local_plan(engine_urls, self.trainer.weight_sync, host, ranks)
 
+    def check_alive(self) -> None:
+        """A TrainerError naming the rank when one's process is gone. For a caller with nothing for
+        the ranks to do (waiting for a batch), so that a death is seen within seconds, not at the
+        next training call; a rank answers it at once when idle."""
+        self._gather("the wait for a batch", [worker.data_rank.remote() for worker in self.workers])
+
     def shutdown(self) -> None:
         for worker in self.workers:
             ray.kill(worker)
@@ -169,7 +176,7 @@ class TrainGroup:
         """Results in rank order. The first rank to die or fail ends the whole group:
         its peers may be blocked in a collective waiting for it and would never return."""
         if self._broken:
-            raise TrainerError(f"the train group is unusable: {self._broken}")
+            raise TrainerError(f"the train group is unusable: {self._broken}", died=self._broken_by_death)
         results = [None] * len(refs)
         pending = {ref: rank for rank, ref in enumerate(refs)}
         while pending:
@@ -178,7 +185,7 @@ class TrainGroup:
             try:
                 results[rank] = ray.get(ready)
             except ray.exceptions.RayActorError as err:
-                self._fail(f"train worker rank {rank} died during {call} at trainer step {self.step}", err)
+                self._fail(f"train worker rank {rank} died during {call} at trainer step {self.step}", err, died=True)
             except ray.exceptions.RayTaskError as err:
                 self._fail_on_root_cause(call, rank, err, pending)
         return results
@@ -191,12 +198,13 @@ class TrainGroup:
             try:
                 ray.get(ref)
             except ray.exceptions.RayActorError as death:
-                self._fail(f"train worker rank {pending[ref]} died during {call} at trainer step {self.step}", death)
+                message = f"train worker rank {pending[ref]} died during {call} at trainer step {self.step}"
+                self._fail(message, death, died=True)
             except ray.exceptions.RayTaskError:
                 pass
         self._fail(f"train worker rank {rank} failed in {call} at trainer step {self.step}: {err.cause!r}", err)
 
-    def _fail(self, message: str, err: Exception) -> None:
-        self._broken = message
+    def _fail(self, message: str, err: Exception, died: bool = False) -> None:
+        self._broken, self._broken_by_death = message, died
         self.shutdown()
-        raise TrainerError(message) from err
+        raise TrainerError(message, died=died) from err
