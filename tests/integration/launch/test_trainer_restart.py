@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from tests.integration.launch.launch_support import scalars
 from tests.integration.launch.test_stopping import SLOW, Run
 
@@ -19,15 +21,20 @@ def wait_for_checkpoint(run_dir, step: int) -> None:
         time.sleep(0.05)
 
 
-TWO_RANKS = [*SLOW, "trainer.world_size=2", "trainer.micro_batch_size=2", "run.save_every=1", "run.steps=4"]
+TWO_RANKS = [*SLOW, "trainer.micro_batch_size=2", "run.save_every=1", "run.steps=4"]
+FSDP_RANKS = ["trainer.world_size=2"]
+MEGATRON_RANKS = ["trainer.backend=megatron", "trainer.megatron.dp=2"]
 
 
-def test_a_killed_rank_is_replaced_from_the_last_checkpoint_and_the_run_finishes(tmp_path):
-    run = Run(*TWO_RANKS, f"run.dir={tmp_path}")
+@pytest.mark.parametrize(
+    ("ranks", "worker"), [(FSDP_RANKS, "TrainWorker"), (MEGATRON_RANKS, "MegatronWorker")], ids=["fsdp", "megatron"]
+)
+def test_a_killed_rank_is_replaced_from_the_last_checkpoint_and_the_run_finishes(ranks, worker, tmp_path):
+    run = Run(*TWO_RANKS, *ranks, f"run.dir={tmp_path}")
     run.wait_for("step 1/")
     wait_for_checkpoint(tmp_path, 1)
     killed_at = time.monotonic()
-    run.actors("TrainWorker")[1].kill()
+    run.actors(worker)[1].kill()
     run.wait_for("step 2/")
     recovered_s = time.monotonic() - killed_at
     code, _ = run.finish(timeout=300)
@@ -46,7 +53,7 @@ def test_a_killed_rank_is_replaced_from_the_last_checkpoint_and_the_run_finishes
 
 
 def test_with_no_restarts_left_a_killed_rank_stops_the_run_with_one_paragraph(tmp_path):
-    run = Run(*TWO_RANKS, "run.max_restarts=0", f"run.dir={tmp_path}")
+    run = Run(*TWO_RANKS, *FSDP_RANKS, "run.max_restarts=0", f"run.dir={tmp_path}")
     run.wait_for("step 1/")
     wait_for_checkpoint(tmp_path, 1)
     before = len(run.lines)
