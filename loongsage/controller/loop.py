@@ -197,14 +197,23 @@ class Controller:
         self.pipeline = None
         self.trainer = self._train_group(self.model_path)
         self.trainer.set_weight_plan(self.weight_plan)
+        built = time.perf_counter()
         self.data = DataStream(self.cfg.data, self.cfg.rollout.prompts_per_step, self.cfg.run.seed)
         self.step = self._saved_step = 0
         if checkpoint is not None:
             self._load(checkpoint)
+        loaded = time.perf_counter()
         with self.engines.weight_update(interrupt=True):  # what the old pipeline still generates stops
             self._sync_weights()
         self._start_pipeline()
-        log.info("trainer restarted at step %d in %.1f s", self.step, time.perf_counter() - started)
+        log.info(
+            "trainer restarted at step %d in %.1f s (new group %.1f s, checkpoint load %.1f s, weight push %.1f s)",
+            self.step,
+            time.perf_counter() - started,
+            built - started,
+            loaded - built,
+            time.perf_counter() - loaded,
+        )
 
     def _teacher_group(self, model_path: str) -> TeacherGroup | None:
         """The teachers' engines on their seats (roles.teacher), when some data source has one."""
