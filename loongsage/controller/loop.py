@@ -115,6 +115,8 @@ class Controller:
             if self.cfg.warm_start.source and not self._warm_started:
                 self._warm_start(monitor, stop, abandon)
                 self._warm_started = True
+                # Step 0, the warm-started weights: neither a resume nor a trainer restart redoes it.
+                self._save()
                 monitor.start_clock()
             self._start_pipeline()
             while self.step < self.cfg.run.steps:
