@@ -18,6 +18,7 @@ BENCHMARKS = {
     "teachers": "teacher manager: N teachers through one resident slot vs all resident (peak memory, throughput)",
     "routing": "routing replay (R3): the trainer's routing and log-prob mismatch with the engine, without vs with replay",
     "staleness": "off-policy corrections (none, TIS, M2PO, OPSM) under fully_async, max_staleness 1, 2, 4: reward, mismatch",
+    "chaos": "faults injected for real (engine, trainer rank, controller kills; reward, sandbox hangs) vs a clean run",
 }
 # `async` is a keyword, so its module has another name.
 MODULES = {"async": "asynchrony"}

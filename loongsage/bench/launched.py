@@ -3,6 +3,7 @@ model or engine from another), and what it logged, read back from its TensorBoar
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,8 @@ def logged(run_dir: Path, tag: str) -> dict[int, float]:
     """Step -> value of a scalar the run logged; {} when it logged none (a metric of another mode)."""
     from validate.scalars import read_scalar
 
+    # A resumed or restarted run's purge of the steps it redid is expected here, not news.
+    logging.getLogger("tensorboard").setLevel(logging.ERROR)
     try:
         return read_scalar(run_dir, tag)
     except KeyError:
