@@ -164,8 +164,11 @@ while True:
     step += 1
     def write(path, step=step):
         os.makedirs(path)
-        for part in range(4):
-            Path(path, f"part{part}").write_bytes(bytes([step % 256]) * PART_BYTES)
+        for part in range(4):  # synced, as a trainer's write to a slow disk: most of the time goes here
+            with open(Path(path, f"part{part}"), "wb") as out:
+                out.write(bytes([step % 256]) * PART_BYTES)
+                out.flush()
+                os.fsync(out.fileno())
     checkpoint.save_checkpoint(run_dir, step, {"step": step}, write, keep_last=2)
 """.replace("PART_BYTES", str(MIB // 4))
 
@@ -176,7 +179,7 @@ def test_a_writer_killed_at_any_moment_leaves_a_loadable_checkpoint(tmp_path):
     rng = random.Random(0)
     run_dir = tmp_path / "run"
     trials = 20
-    loadable = 0
+    loadable = mid_save = 0
     for _ in range(trials):
         command = [sys.executable, "-c", SAVER, checkpoint_module.__file__, str(run_dir)]
         writer = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
@@ -184,7 +187,7 @@ def test_a_writer_killed_at_any_moment_leaves_a_loadable_checkpoint(tmp_path):
         time.sleep(rng.uniform(0.0, 0.3))
         os.kill(writer.pid, signal.SIGKILL)
         writer.wait()
-        clear_unfinished_saves(run_dir)
+        mid_save += bool(clear_unfinished_saves(run_dir))
         checkpoint = latest_checkpoint(run_dir)
         if checkpoint is None:
             continue  # killed before its first save finished: nothing to load, nothing claimed
@@ -194,3 +197,5 @@ def test_a_writer_killed_at_any_moment_leaves_a_loadable_checkpoint(tmp_path):
         loadable += 1
         # The next trial's writer starts over at step 1 in the same directory: its saves replace these.
     assert loadable >= trials // 2, f"only {loadable} of {trials} kills came after a first save"
+    assert mid_save >= trials // 4, f"only {mid_save} of {trials} kills landed in the middle of a save"
+    print(f"{trials} kills: {mid_save} in the middle of a save; after each of the {loadable} that followed a save, it loaded")
