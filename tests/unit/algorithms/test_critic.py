@@ -51,6 +51,11 @@ def test_explained_variance():
     assert explained_variance(returns, returns) == pytest.approx(1.0)
     assert explained_variance(returns, torch.full((3,), 2.0)) == pytest.approx(0.0)
     assert explained_variance(returns, torch.tensor([3.0, 2.0, 1.0])) == pytest.approx(-3.0)
+    # Every reward equal: returns (advantage + value, in float32) equal up to rounding.
+    values = torch.randn(64, generator=torch.Generator().manual_seed(0)) * 3
+    rounded = (torch.ones(64) - values) + values
+    assert rounded.double().var(unbiased=False) > 0
+    assert explained_variance(rounded, values) == 0.0
     assert explained_variance(torch.ones(3), torch.zeros(3)) == 0.0
 
 
