@@ -77,6 +77,8 @@ LONGEST_FIRST = (
     "tests/integration/launch/test_stopping.py",
     "tests/integration/launch/test_launch_agentic.py",
     "tests/integration/launch/test_preemption.py",
+    "tests/integration/launch/test_trainer_restart.py",
+    "tests/integration/bench/test_bench_chaos.py",
     "tests/integration/launch/",
     "tests/integration/training/megatron/",
     "tests/integration/transfer/",
