@@ -119,11 +119,11 @@ def _write_failure(run_dir: Path, staging: Path, step: int, error: Exception) ->
     written = _tree_bytes(staging)
     shutil.rmtree(staging, ignore_errors=True)
     previous = complete_checkpoints(run_dir)
+    free = shutil.disk_usage(checkpoint_root(run_dir)).free
     if previous:
         needed = f"about {_gib(_tree_bytes(previous[-1]))} (the size of {previous[-1].name})"
-    else:
-        needed = f"more than the {_gib(written)} written before it failed"
-    free = shutil.disk_usage(checkpoint_root(run_dir)).free
+    else:  # the trainer may write through a scratch directory of its own, which it removed
+        needed = f"more than {_gib(max(written, free))} (no earlier checkpoint to measure)"
     kept = f"the previous checkpoint, {previous[-1]}, is intact" if previous else "there is no earlier checkpoint"
     return (
         f"the checkpoint of step {step} could not be written to {staging} ({type(error).__name__}: {error}); "

@@ -1,6 +1,7 @@
 """The megatron backend's critic (algorithm.advantage=gae) over real gloo groups: at tp=2 (its head
-under sequence parallelism) it takes the fsdp backend's critic step, and at dp=2 its part of the
-checkpoint resumes bit-exact (the data-parallel split is the policy's, tested in test_megatron_trainer)."""
+under sequence parallelism) and at pp=2 (its head on the last stage) it takes the fsdp backend's
+critic step, and at dp=2 its part of the checkpoint resumes bit-exact (the data-parallel split is
+the policy's, tested in test_megatron_trainer)."""
 
 from __future__ import annotations
 
@@ -61,12 +62,14 @@ def fsdp_step(tiny_model_path):
         worker.close()
 
 
-def test_the_megatron_critic_takes_the_fsdp_critics_step(fsdp_step, tiny_model_path, tmp_path):
-    ranks = run_ranks(tiny_model_path, trainer(tp=2), critic_step, tmp_path, GAE)
+@pytest.mark.parametrize("layout", [{"tp": 2}, {"pp": 2}], ids=["tp2", "pp2"])
+def test_the_megatron_critic_takes_the_fsdp_critics_step(layout, fsdp_step, tiny_model_path, tmp_path):
+    """At tp=2 the head runs under sequence parallelism; at pp=2 it sits on the last stage only."""
+    ranks = run_ranks(tiny_model_path, trainer(**layout), critic_step, tmp_path, GAE)
     assert all(v == 0.0 for row in fsdp_step["before"] for v in row)  # a zero head
     for result in ranks:
         assert result["value_loss"] == pytest.approx(fsdp_step["value_loss"], rel=1e-5)
-    after = ranks[0]["after"]  # both tensor-parallel ranks hold the whole batch
+    after = ranks[-1]["after"]  # every tensor-parallel rank, and the last stage, hold the whole batch
     assert len(after) == len(fsdp_step["after"])
     for got, expected in zip(after, fsdp_step["after"]):
         assert got == pytest.approx(expected, abs=1e-5)
