@@ -178,6 +178,7 @@ def _wait_for_checkpoint(run_dir: Path, step: int) -> None:
         if latest.exists() and latest.read_text().strip() >= f"step_{step:06d}":
             return
         time.sleep(0.05)
+    raise SystemExit(f"bench chaos: step {step} was not saved within 120 s ({latest}); the trainer kill waits for it")
 
 
 def _report(run_dir: Path, plan: dict, kills: dict[str, int]) -> dict:
