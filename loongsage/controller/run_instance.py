@@ -50,11 +50,15 @@ def claim_run_dir(run_dir: Path) -> list[str]:
 
 
 class ProcessRecord:
-    """Keeps instance.json's list of the processes this run has started up to date, on a thread."""
+    """Keeps instance.json's list of the processes this run has started up to date, on a thread.
+    Not the children this process had before the record began, nor theirs: a run inside a
+    longer-lived process (a notebook, a test worker) must not list that process's Ray or torch's
+    shm manager as its own, or the next claim of the run dir would end them."""
 
     def __init__(self, run_dir: Path, every_s: float = RECORD_EVERY_S):
         self.path = run_dir / INSTANCE_FILE
         self.every_s = every_s
+        self._older = psutil.Process().children()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._keep, name="process-record", daemon=True)
 
@@ -69,10 +73,16 @@ class ProcessRecord:
     def _keep(self) -> None:
         while not self._stop.wait(self.every_s):
             try:
-                children = psutil.Process().children(recursive=True)
-                _write_record(self.path, [[child.pid, child.create_time()] for child in children])
+                _write_record(self.path, [[child.pid, child.create_time()] for child in self._started_since()])
             except (psutil.Error, OSError):
                 continue  # a child gone mid-walk: the next round has it right
+
+    def _started_since(self) -> list[psutil.Process]:
+        not_ours = {process.pid for process in self._older if process.is_running()}
+        for process in self._older:
+            if process.pid in not_ours:
+                not_ours.update(descendant.pid for descendant in process.children(recursive=True))
+        return [child for child in psutil.Process().children(recursive=True) if child.pid not in not_ours]
 
 
 def marked_processes(token: str) -> list[psutil.Process]:

@@ -78,23 +78,60 @@ def test_a_run_dir_whose_run_is_alive_is_refused(tmp_path):
         live_controller.wait()
 
 
+KILLED_RUN = """
+import subprocess, sys, time
+from pathlib import Path
+from loongsage.controller.run_instance import ProcessRecord, claim_run_dir
+run_dir = Path(sys.argv[1])
+claim_run_dir(run_dir)
+ProcessRecord(run_dir, every_s=0.05).start()
+# no mark at all, as a Ray agent that wrote its title over its environment
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env={"PATH": sys.argv[2]}, start_new_session=True)
+time.sleep(120)
+"""
+
+
 def test_a_recorded_process_whose_mark_is_unreadable_is_ended_too(tmp_path):
     """Ray's agents write their titles over their environment: the record, refreshed while the run
-    lives, names them by pid and start time; a pid reused since is left alone."""
-    claim_run_dir(tmp_path)
-    record = ProcessRecord(tmp_path, every_s=0.05).start()
-    retitled = sleeper({"PATH": os.environ["PATH"]})  # no mark at all
-    deadline = time.monotonic() + 10
-    while retitled.pid not in [pid for pid, _ in json.loads((tmp_path / INSTANCE_FILE).read_text())["processes"]]:
+    lives, names them by pid and start time. The run is a process of its own, killed outright; the
+    processes it had before its record began (here: none) are not listed."""
+    run = subprocess.Popen([sys.executable, "-c", KILLED_RUN, str(tmp_path), os.environ["PATH"]])
+    deadline = time.monotonic() + 30
+    listed: list[int] = []
+    while not listed:
         assert time.monotonic() < deadline, "the record never listed the child"
         time.sleep(0.05)
-    record.stop()
+        if (tmp_path / INSTANCE_FILE).exists():
+            listed = [pid for pid, _ in json.loads((tmp_path / INSTANCE_FILE).read_text())["processes"]]
+    run.kill()
+    run.wait()
+    orphan = psutil.Process(listed[0])
     try:
-        saved = json.loads((tmp_path / INSTANCE_FILE).read_text())
-        saved["pid"] = 1  # the run that wrote it is "dead": pid 1 never started at that time
-        (tmp_path / INSTANCE_FILE).write_text(json.dumps(saved))
-        assert [int(text.split()[0]) for text in claim_run_dir(tmp_path)] == [retitled.pid]
-        assert retitled.wait(timeout=10) is not None
+        assert RUN_MARKER not in orphan.environ()
+        assert [int(text.split()[0]) for text in claim_run_dir(tmp_path)] == listed
+        orphan.wait(timeout=10)  # not our child: psutil polls until it is gone
+        assert not orphan.is_running()
     finally:
-        retitled.kill()
-        retitled.wait()
+        if orphan.is_running():
+            orphan.kill()
+
+
+def test_the_record_lists_only_what_was_started_since_it_began(tmp_path):
+    """A run inside a longer-lived process (a notebook, this test worker) does not take that
+    process's older children for its own: a later claim of its run dir would end them."""
+    older = sleeper()
+    time.sleep(0.2)
+    claim_run_dir(tmp_path)
+    record = ProcessRecord(tmp_path, every_s=0.05).start()
+    newer = sleeper()
+    try:
+        deadline = time.monotonic() + 10
+        while newer.pid not in (listed := [pid for pid, _ in json.loads((tmp_path / INSTANCE_FILE).read_text())["processes"]]):
+            assert time.monotonic() < deadline, "the record never listed the newer child"
+            time.sleep(0.05)
+        assert older.pid not in listed
+    finally:
+        record.stop()
+        for process in (older, newer):
+            process.kill()
+            process.wait()

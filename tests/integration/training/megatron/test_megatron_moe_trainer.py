@@ -158,10 +158,12 @@ def test_a_sequence_parallel_step_is_the_fsdp_backends_step_replaying_the_engine
         expected = _replayed_step(samples, fsdp, shard=False)
     finally:
         fsdp.close()
+    # Log-probs near -11 in float32, after a step whose gradients were reduced in another order
+    # (sequence-parallel halves, experts over two ranks): 1.1e-5 apart on CI's CPU.
     for when in ("before", "after"):
         for result in ranks:  # both ranks hold the whole batch
             for row, want in zip(result[when], expected[when], strict=True):
-                assert row == pytest.approx(want, abs=1e-5), when
+                assert row == pytest.approx(want, abs=2e-5), when
     # With replay the trainer's own choice is made on the replayed forward: beyond the changed
     # positions, a later layer may choose otherwise where an earlier one was replayed.
     mismatch = expected["metrics"]["train/routing_mismatch"]
