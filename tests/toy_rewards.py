@@ -1,7 +1,9 @@
 """Rewards with signal for a random-init model, so tiny runs exercise real gradients."""
 
+import os
 import re
 import time
+from pathlib import Path
 
 from loongsage.tasks.registry import completion_reward
 
@@ -32,6 +34,23 @@ def e_fraction(response: str, label: str) -> float:
 def slow_e_fraction(response: str, label: str) -> float:
     """e_fraction after 0.25 s: a rollout phase long enough to be interrupted on purpose."""
     time.sleep(0.25)
+    return _e_fraction(response)
+
+
+HOLD_ENV = "LOONGSAGE_TEST_HOLD"  # a file: while it exists, held_after_first_16 holds its calls
+
+
+@completion_reward
+def e_fraction_held_after_16(response: str, label: str) -> float:
+    """e_fraction; from the 17th call on (step 2 of a run of 16 samples a step) it waits while the
+    file $LOONGSAGE_TEST_HOLD exists: the test says when step 2's batch may be ready. Calls are
+    counted across the reward workers' processes in a file beside it."""
+    hold = Path(os.environ[HOLD_ENV])
+    with open(hold.with_name(hold.name + ".calls"), "ab") as calls:
+        calls.write(b".")
+        count = calls.tell()
+    while count > 16 and hold.exists():
+        time.sleep(0.05)
     return _e_fraction(response)
 
 

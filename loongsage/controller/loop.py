@@ -56,6 +56,7 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_WAIT_S = 30.0  # for rollout threads to end once the engines are stopped
 ENGINE_CHECK_EVERY_S = 2.0  # while waiting for a batch: restarted engines to resync, dead ones to report
+TRAINER_CHECK_EVERY_S = 0.5  # while waiting for a batch: a dead rank seen sooner restarts sooner (one Ray call per rank)
 
 
 class Controller:
@@ -99,6 +100,7 @@ class Controller:
         self._saved_step = -1
         self._warm_started = False
         self._next_engine_check = 0.0
+        self._next_trainer_check = 0.0
         self._transfer_metrics: dict[str, float] = {}  # the last weight push's
         self._resume_if_possible()
 
@@ -182,9 +184,12 @@ class Controller:
 
     def _restart_trainer(self, error: TrainerError) -> None:
         """A rank died: a new trainer group on the same seats, the last checkpoint loaded into it
-        (weights, optimizer, and the data position with its unsettled items), the engines given its
-        weights under a new version, and a new pipeline from there. The steps after that checkpoint
-        are trained again. TrainerGaveUp when the error is not a death or the restarts are spent."""
+        (weights, optimizer, and the data position with its unsettled items), and a new pipeline
+        from there. The steps after that checkpoint are trained again. When the engines hold the
+        checkpoint's weights (no push since it, and not released for a colocated step), rollout
+        goes on while the new group starts and loads, so the restart costs no more than the step it
+        redoes; otherwise the engines get the checkpoint's weights under a new version first.
+        TrainerGaveUp when the error is not a death or the restarts are spent."""
         budget = self.cfg.run.max_restarts
         checkpoint = latest_checkpoint(self.run_dir)
         if not error.died or self.trainer_restarts >= budget:
@@ -197,24 +202,36 @@ class Controller:
         )
         self.pipeline.close()  # its groups in flight end into a buffer nobody reads
         self.pipeline = None
+        self.data = DataStream(self.cfg.data, self.cfg.rollout.prompts_per_step, self.cfg.run.seed)
+        self.step = self._saved_step = 0
+        checkpoint_version = 0  # the base model's
+        if checkpoint is not None:
+            state = load_controller_state(checkpoint)
+            self._restore_controller_state(state)
+            checkpoint_version = state["weight_version"]
+        # Colocated engines that released their weights for the step the death cut short need a push.
+        engines_hold_checkpoint = checkpoint_version == self.weight_version and not self.engines.weights_released
+        if engines_hold_checkpoint:
+            self._start_pipeline()
         self.trainer = self._train_group(self.model_path)
         self.trainer.set_weight_plan(self.weight_plan)
         built = time.perf_counter()
-        self.data = DataStream(self.cfg.data, self.cfg.rollout.prompts_per_step, self.cfg.run.seed)
-        self.step = self._saved_step = 0
         if checkpoint is not None:
-            self._load(checkpoint)
+            self.trainer.load_checkpoint(str(checkpoint / "trainer"))
         loaded = time.perf_counter()
-        with self.engines.weight_update(interrupt=True):  # what the old pipeline still generates stops
-            self._sync_weights()
-        self._start_pipeline()
+        if not engines_hold_checkpoint:
+            with self.engines.weight_update(interrupt=True):  # what the old pipeline still generates stops
+                self._sync_weights()
+            self._start_pipeline()
         log.info(
-            "trainer restarted at step %d in %.1f s (new group %.1f s, checkpoint load %.1f s, weight push %.1f s)",
+            "trainer restarted at step %d in %.1f s (new group %.1f s, checkpoint load %.1f s, %s)",
             self.step,
             time.perf_counter() - started,
             built - started,
             loaded - built,
-            time.perf_counter() - loaded,
+            "rollout went on meanwhile: the engines hold the checkpoint's weights"
+            if engines_hold_checkpoint
+            else f"weight push {time.perf_counter() - loaded:.1f} s",
         )
 
     def _teacher_group(self, model_path: str) -> TeacherGroup | None:
@@ -339,10 +356,12 @@ class Controller:
         trainer, idle meanwhile, is asked whether its ranks live: a dead one restarts it now."""
 
         def poll() -> bool:
+            if time.monotonic() >= self._next_trainer_check:
+                self._next_trainer_check = time.monotonic() + TRAINER_CHECK_EVERY_S
+                self.trainer.check_alive()
             if time.monotonic() >= self._next_engine_check:
                 self._next_engine_check = time.monotonic() + ENGINE_CHECK_EVERY_S
                 self._stop_if_engines_died()
-                self.trainer.check_alive()
                 self.engines.resync(lambda urls: self.trainer.push_weights(urls, self.weight_version))
             return stop()
 
@@ -413,11 +432,9 @@ class Controller:
             self._save()
         log.info("stopping at step %d: checkpoint written in %.1f s", self.step, time.perf_counter() - started)
 
-    def _load(self, checkpoint: Path) -> None:
-        """The trainer's state and the controller's step and data position (not the weight
+    def _restore_controller_state(self, state: dict) -> None:
+        """The step and the data position of a checkpoint's controller state (not the weight
         version: a restart goes on from the published one)."""
-        state = load_controller_state(checkpoint)
-        self.trainer.load_checkpoint(str(checkpoint / "trainer"))
         self.step = self._saved_step = state["step"]
         # Checkpoints from before the field existed are all of trained steps, after any warm start.
         self._warm_started = state.get("warm_started", True)
@@ -432,8 +449,10 @@ class Controller:
             if self.cfg.run.resume:
                 raise FileNotFoundError(f"run.resume=true but {self.run_dir} holds no checkpoint to resume from")
             return
-        self._load(checkpoint)
-        self.weight_version = load_controller_state(checkpoint)["weight_version"]
+        state = load_controller_state(checkpoint)
+        self.trainer.load_checkpoint(str(checkpoint / "trainer"))
+        self._restore_controller_state(state)
+        self.weight_version = state["weight_version"]
         # The engines start from the base model; give them the checkpoint's weights.
         version = self.weight_version
         self.engines.push_weights(lambda urls: self.trainer.push_weights(urls, version), version)

@@ -22,7 +22,7 @@ from loongsage.inference.client import EngineClient, EngineError
 from loongsage.inference.engine_launch import EngineSeats, engine_cfg
 from loongsage.inference.engine_roster import EngineRoster
 from loongsage.inference.engine_status import dead_engines, engine_restarts
-from loongsage.inference.engines import engine_actor, restart_options
+from loongsage.inference.engines import engine_actor, is_restarted, restart_options
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +71,16 @@ class EngineFleet:
 
         self.cfg = cfg
         self.colocated = seats.colocated
+        self.weights_released = False  # between release_memory and the next push's resume
         engine = engine_actor(cfg.engine)
         restarts = restart_options(cfg.engine, cfg.max_engine_restarts) if actor_restarts else {}
+        if actor_restarts and cfg.max_engine_restarts > 0 and not is_restarted(cfg.engine):
+            log.warning(
+                "rollout.engine=%s is not restarted (rollout.max_engine_restarts=%d applies to embedded and sglang "
+                "only): an engine of it that dies stops the run",
+                cfg.engine,
+                cfg.max_engine_restarts,
+            )
         versions = weight_versions or [BASE_WEIGHT_VERSION] * count
         self.actors = [
             engine.options(**restarts, **(ray_options[i] if ray_options else {})).remote(
@@ -149,6 +157,7 @@ class EngineFleet:
         engines keep theirs."""
         if self.colocated:
             self._each_answering(lambda client: client.release_memory_occupation(list(MEMORY_TAGS)))
+            self.weights_released = True
 
     @contextmanager
     def memory_resumed_for_push(self):
@@ -157,6 +166,7 @@ class EngineFleet:
         (Resuming what was not released does nothing.)"""
         if self.colocated:
             self._each_answering(lambda client: client.resume_memory_occupation(["weights"]))
+            self.weights_released = False
         yield
         if self.colocated:
             self._each_answering(lambda client: client.resume_memory_occupation(["kv_cache"]))

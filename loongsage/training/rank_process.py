@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from loongsage.cluster.cpu_placement import pin_this_process
 from loongsage.cluster.hosts import this_host
+from loongsage.failpoints import dying_after_first
 from loongsage.transfer.endpoints import source_name
 from loongsage.transfer.routes import Plan
 from loongsage.transfer.source_routes import SourceReport, send_routes
@@ -97,6 +98,7 @@ class TrainRank:
         """This rank's part of a weight push (`rounds.run_update_round`, coordinated by TrainGroup):
         HF-named tensors, which every rank reads in lockstep (a collective gather), bucketed; a
         source of `plan` sends the buckets its routes carry. None from a rank the plan does not name."""
+        named = dying_after_first(named, "push_weights", self.step, self.rank)
         route_plan = Plan.from_dict(plan)
         source = source_name(self.rank)
         if source not in route_plan.endpoints:

@@ -17,6 +17,7 @@ from torch import Tensor
 from loongsage.algorithms.critic import reads_critic
 from loongsage.algorithms.losses import token_logprobs
 from loongsage.cluster.placement import ray_gpu_ids
+from loongsage.failpoints import die_here_if_asked
 from loongsage.models import hf_config, is_mixture_of_experts, load_causal_lm
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
@@ -104,6 +105,7 @@ class TrainWorker(TrainRank):
         if self.algo.stale_filter == "m2po":
             minis, masked = m2po_masked(minis, olds, stale_threshold(self.algo))
             sums.add_stale_masked(masked)
+        die_here_if_asked("train_step", self.step + 1, self.rank)
         value_losses = []
         for index, (mini, old, ref) in enumerate(zip(minis, olds, refs)):
             # Mini-batch k trains weights k / len(minis) of the way to the next version.

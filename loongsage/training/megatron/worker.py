@@ -17,6 +17,7 @@ from torch import Tensor
 
 from loongsage.algorithms.critic import reads_critic
 from loongsage.cluster.hosts import this_host
+from loongsage.failpoints import die_here_if_asked
 from loongsage.models import hf_config
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
@@ -88,6 +89,7 @@ class MegatronWorker(TrainRank):
         if self.algo.stale_filter == "m2po" and self.layout.is_last_stage:  # only the last stage has logprobs
             minis, masked = m2po_masked(minis, olds, stale_threshold(self.algo), self.layout.dp_cpu_group)
             sums.add_stale_masked(masked)
+        die_here_if_asked("train_step", self.step + 1, self.rank)
         value_losses = []
         for index, (mini, old, ref) in enumerate(zip(minis, olds, refs)):
             versions = None if policy_version is None else (policy_version, policy_version + index / len(minis))

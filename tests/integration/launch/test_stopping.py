@@ -52,18 +52,25 @@ TERM_EXIT = 128 + signal.SIGTERM
 class Run:
     """launch.py in a session of its own (like a terminal's foreground job), read line by line."""
 
-    def __init__(self, *overrides: str):
+    def __init__(self, *overrides: str, env: dict | None = None):
         self.args = [sys.executable, "launch.py", *overrides]
         self.process = subprocess.Popen(
-            self.args, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+            self.args,
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
         )
         self.lines: list[str] = []
         self.signalled_at = 0.0
 
-    def wait_for(self, prefix: str) -> None:
+    def wait_for(self, prefix: str, anywhere: bool = False) -> None:
+        """Until a line starts with `prefix` (`anywhere`: holds it)."""
         for line in self.process.stdout:
             self.lines.append(line)
-            if line.startswith(prefix):
+            if prefix in line if anywhere else line.startswith(prefix):
                 return
         pytest.fail(f"the run ended before printing {prefix!r}:\n{self.output[-4000:]}")
 

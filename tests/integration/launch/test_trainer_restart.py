@@ -1,15 +1,18 @@
-"""A trainer rank killed outright (its process, by pid): the run names the rank, the call and the
-step, builds a new trainer group from the last checkpoint and goes on, each step trained once in
-what the run keeps; with no restarts left it stops with one paragraph and the resume command."""
+"""A trainer rank killed outright (SIGKILL: by pid from outside while the controller waits for a
+batch, or by itself at a failpoint mid-step and mid-push): the run names the rank, the call and
+the step, builds a new trainer group from the last checkpoint and goes on, each step trained once
+in what the run keeps; with no restarts left it stops with one paragraph and the resume command."""
 
 from __future__ import annotations
 
+import json
+import os
 import time
 
-import pytest
-
-from tests.integration.launch.launch_support import scalars
-from tests.integration.launch.test_stopping import SLOW, Run
+from loongsage.failpoints import KILL_AT_ENV
+from tests.integration.launch.launch_support import TINY_RUN, scalars
+from tests.integration.launch.test_stopping import Run
+from tests.toy_rewards import HOLD_ENV
 
 
 def wait_for_checkpoint(run_dir, step: int) -> None:
@@ -21,46 +24,66 @@ def wait_for_checkpoint(run_dir, step: int) -> None:
         time.sleep(0.05)
 
 
-TWO_RANKS = [*SLOW, "trainer.micro_batch_size=2", "run.save_every=1", "run.steps=4"]
+TWO_RANKS = [
+    *TINY_RUN,
+    "data.reward=tests.toy_rewards:e_fraction_held_after_16",
+    "trainer.micro_batch_size=2",
+    "run.save_every=1",
+    "run.steps=4",
+]
 FSDP_RANKS = ["trainer.world_size=2"]
 MEGATRON_RANKS = ["trainer.backend=megatron", "trainer.megatron.dp=2"]
+# Rank 1 at step 2's training (its peer waits in the gradient collective); rank 0 after the first
+# tensor of step 3's weight push (the engines hold part of version 3).
+KILLS = [{"point": "train_step", "step": 2, "rank": 1}, {"point": "push_weights", "step": 3, "rank": 0}]
 
 
-@pytest.mark.parametrize(
-    ("ranks", "worker"), [(FSDP_RANKS, "TrainWorker"), (MEGATRON_RANKS, "MegatronWorker")], ids=["fsdp", "megatron"]
-)
-def test_a_killed_rank_is_replaced_from_the_last_checkpoint_and_the_run_finishes(ranks, worker, tmp_path):
-    run = Run(*TWO_RANKS, *ranks, f"run.dir={tmp_path}")
+def run_with_three_deaths(tmp_path, worker: str, *overrides: str) -> Run:
+    """Rank 1 killed by pid while the controller waits for step 2's batch (held back by the reward
+    until the death is seen), then the failpoints' two deaths."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    env = {**os.environ, HOLD_ENV: str(hold), KILL_AT_ENV: json.dumps({"marks": str(tmp_path / "kills"), "kills": KILLS})}
+    run = Run(*TWO_RANKS, *overrides, f"run.dir={tmp_path / 'run'}", env=env)
     run.wait_for("step 1/")
-    wait_for_checkpoint(tmp_path, 1)
-    killed_at = time.monotonic()
+    wait_for_checkpoint(tmp_path / "run", 1)
     run.actors(worker)[1].kill()
-    run.wait_for("step 2/")
-    recovered_s = time.monotonic() - killed_at
+    run.wait_for("train worker rank 1 died during the wait for a batch at trainer step 1; restart 1", anywhere=True)
+    hold.unlink()
+    return run
+
+
+def test_megatron_ranks_killed_waiting_mid_step_and_mid_push_are_replaced_each_time_and_the_run_finishes(tmp_path):
+    run = run_with_three_deaths(tmp_path, "MegatronWorker", *MEGATRON_RANKS)
     code, _ = run.finish(timeout=300)
     assert code == 0, run.output[-4000:]
-    said = run.output
-    # Seen while the controller waited for step 2's batch (the trainer is idle then), not at its training.
-    assert "train worker rank 1 died during the wait for a batch at trainer step 1; restart 1 of run.max_restarts=3" in said
-    assert f"a new trainer group from {tmp_path}/checkpoints/step_000001" in said
-    assert "trainer restarted at step 1 in" in said
-    logged = scalars(tmp_path)
+    said, run_dir = run.output, tmp_path / "run"
+    assert sorted(path.name for path in (tmp_path / "kills").iterdir()) == ["push_weights.step3.rank0", "train_step.step2.rank1"]
+    assert "train worker rank 1 died during train_step at trainer step 1; restart 2 of run.max_restarts=3" in said
+    assert "train worker rank 0 died during push_weights at trainer step 3; restart 3 of run.max_restarts=3" in said
+    assert said.count(f"a new trainer group from {run_dir}/checkpoints/step_000001") == 2
+    assert f"a new trainer group from {run_dir}/checkpoints/step_000002" in said
+    # Killed while waiting, the engines held the checkpoint's weights: rollout went on meanwhile.
+    # Killed mid-step, the engines (colocated) had released theirs for the step; mid-push, they
+    # held part of version 3: both times the checkpoint's weights went to them first.
+    restarts = [line for line in said.splitlines() if "trainer restarted at step" in line]
+    assert len(restarts) == 3 and "rollout went on meanwhile" in restarts[0], restarts
+    assert all("weight push" in line for line in restarts[1:]), restarts
+    logged = scalars(run_dir)
     assert sorted(logged["rollout/reward_mean"]) == [1, 2, 3, 4]
-    assert logged["faults/trainer_restarts"][4] == 1.0
-    # The restarted trainer's weights are what the engines sample with: no gap between the two.
+    assert logged["faults/trainer_restarts"][4] == 3.0
+    # What the engines sample with is the restarted trainer's weights, each time: no gap.
     assert max(logged["train/mismatch_k3_kl"].values()) < 1e-6
-    print(f"from the kill to step 2 finished: {recovered_s:.1f} s")
 
 
-def test_with_no_restarts_left_a_killed_rank_stops_the_run_with_one_paragraph(tmp_path):
-    run = Run(*TWO_RANKS, *FSDP_RANKS, "run.max_restarts=0", f"run.dir={tmp_path}")
-    run.wait_for("step 1/")
-    wait_for_checkpoint(tmp_path, 1)
-    before = len(run.lines)
-    run.actors("TrainWorker")[0].kill()
+def test_fsdp_ranks_killed_until_no_restart_is_left_stop_the_run_with_one_paragraph(tmp_path):
+    run = run_with_three_deaths(tmp_path, "TrainWorker", *FSDP_RANKS, "run.max_restarts=2")
     code, _ = run.finish(timeout=300)
-    after = "".join(run.lines[before:])
-    assert code == 1, run.output[-4000:]
-    assert "died during" in after and "after 0 restart(s) of the trainer group (run.max_restarts=0)" in after, after[-4000:]
-    assert f"Last checkpoint: {tmp_path}/checkpoints/step_000001" in after
+    said, run_dir = run.output, tmp_path / "run"
+    assert code == 1, said[-4000:]
+    assert "train worker rank 1 died during train_step at trainer step 1; restart 2 of run.max_restarts=2" in said
+    after = said.split("died during push_weights")[1]
+    assert "after 2 restart(s) of the trainer group (run.max_restarts=2)" in after, after[-4000:]
+    assert f"Last checkpoint: {run_dir}/checkpoints/step_000002" in after
     assert "to go on: python launch.py" in after and "Traceback" not in after, after[-4000:]
+    assert sorted(scalars(run_dir)["rollout/reward_mean"]) == [1, 2]
