@@ -1,6 +1,6 @@
 """Faults injected for real into a run, beside a clean run of the same config: what survives.
 
-    python -m loongsage.bench chaos [--steps 8] [--seed 0] [--out DIR] [-- hydra overrides ...]
+    python -m loongsage.bench chaos [--steps 16] [--seed 0] [--out DIR] [-- hydra overrides ...]
 
 A tiny fully_async agentic run (agentic_swe on the tiny model, every episode in a sandbox) runs
 twice, one after the other: clean, then with faults on a schedule drawn from --seed:
@@ -20,12 +20,14 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -59,9 +61,9 @@ def main(argv: list[str]) -> int:
     args = _parse(argv)
     out = Path(args.out) if args.out else Path(tempfile.mkdtemp(prefix="loongsage-bench-chaos-"))
     overrides = [*RUN, f"run.steps={args.steps}", f"run.seed={args.seed}", *args.overrides]
-    clean_s = _clean_run(overrides, out / "clean")
+    clean_s, clean_startup_s = _clean_run(overrides, out / "clean")
     plan = _plan(args.steps, args.seed, out / "faulty", overrides)
-    faulty_s, injected = _faulty_run(overrides, out / "faulty", plan)
+    faulty_s, injected, startups = _faulty_run(overrides, out / "faulty", plan)
     report = _report(out / "faulty", plan, injected)
     print(f"bench chaos: {args.steps} steps, seed {args.seed}, runs in {out}")
     print(f"{'fault':>10s} {'when':>18s} {'injected':>8s} {'survived':>8s}")
@@ -69,6 +71,14 @@ def main(argv: list[str]) -> int:
         print(f"{fault['name']:>10s} {fault['when']:>18s} {fault['injected']:8d} {str(fault['survived']):>8s}")
     print(f"items trained: {report['trained']}; lost: {report['lost']}; trained twice: {report['twice']}")
     print(f"steps redone after a restart: {report['redone']}; stale groups dropped: {report['dropped']:.0f}")
+    said = (out / "faulty" / "launch.log").read_text()
+    trainer = ", ".join(f"{s} s" for s in re.findall(r"trainer restarted at step \d+ in ([\d.]+) s", said)) or "none"
+    engine = ", ".join(f"{s} s" for s in re.findall(r"answers again after ([\d.]+) s", said)) or "none"
+    print(
+        f"what the faults cost: start-up to the first step {clean_startup_s:.0f} s clean, "
+        f"{' + '.join(f'{s:.0f}' for s in startups)} s with faults (the controller kill's second start-up); "
+        f"trainer restart {trainer}; engine back after {engine}"
+    )
     print(f"wall time: clean {clean_s:.0f} s, with faults {faulty_s:.0f} s: {faulty_s / clean_s:.2f}x")
     survived = all(fault["survived"] for fault in report["faults"])
     return 0 if survived and report["lost"] == 0 and report["twice"] == 0 else 1
@@ -76,7 +86,7 @@ def main(argv: list[str]) -> int:
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m loongsage.bench chaos", description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=8, help="steps per run (>= 5: three kills at distinct steps)")
+    parser.add_argument("--steps", type=int, default=16, help="steps per run (>= 5: three kills at distinct steps)")
     parser.add_argument("--seed", type=int, default=0, help="the fault schedule's and the runs' seed")
     parser.add_argument("--out", default="", help="where the two run dirs go (default: a new temporary directory)")
     parser.add_argument("overrides", nargs="*", help="hydra overrides for both runs, after --")
@@ -99,22 +109,35 @@ def _plan(steps: int, seed: int, run_dir: Path, overrides: list[str]) -> dict:
     }
 
 
-def _clean_run(overrides: list[str], run_dir: Path) -> float:
+def _clean_run(overrides: list[str], run_dir: Path) -> tuple[float, float]:
+    """The clean run's wall seconds, and its start-up's (to its first step)."""
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "launch.py", *overrides, f"run.dir={run_dir}"], cwd=REPO_ROOT, capture_output=True, text=True
+    process = subprocess.Popen(
+        [sys.executable, "launch.py", *overrides, f"run.dir={run_dir}"],
+        cwd=REPO_ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    if done.returncode != 0:
-        raise SystemExit(f"the clean run failed:\n{done.stderr[-3000:]}")
-    return time.monotonic() - started
+    lines = []
+    first_step = None
+    for line in process.stderr:
+        lines.append(line)
+        if first_step is None and line.startswith("step "):
+            first_step = time.monotonic() - started
+    if process.wait() != 0:
+        raise SystemExit(f"the clean run failed:\n{''.join(lines)[-3000:]}")
+    return time.monotonic() - started, first_step
 
 
-def _faulty_run(overrides: list[str], run_dir: Path, plan: dict) -> tuple[float, dict[str, int]]:
+def _faulty_run(overrides: list[str], run_dir: Path, plan: dict) -> tuple[float, dict[str, int], list[float]]:
     """The run with the plan's faults; the controller's kill is followed by the same command. The
-    seconds both processes took, and how many of each kill were made."""
+    seconds both processes took, how many of each kill were made, and each process's start-up
+    (to its first step)."""
     env = {**os.environ, PLAN_ENV: json.dumps(plan["env"])}
     pending = dict(plan["kills"])
     injected: Counter[str] = Counter()
+    startups: list[float] = []
     wall = 0.0
     run_dir.mkdir(parents=True, exist_ok=True)
     log = (run_dir / "launch.log").open("a")  # both processes' output
@@ -129,24 +152,32 @@ def _faulty_run(overrides: list[str], run_dir: Path, plan: dict) -> tuple[float,
             text=True,
             start_new_session=True,  # only the bench's kill ends it
         )
-        killed = _inject_while_running(process, run_dir, pending, injected, log)
+        killed = _inject_while_running(
+            process, run_dir, pending, injected, log, lambda since=started: startups.append(time.monotonic() - since)
+        )
         process.wait()
         wall += time.monotonic() - started
         if not killed:
             log.close()
             if process.returncode != 0:
                 raise SystemExit(f"the run with faults failed (exit {process.returncode}); its run dir: {run_dir}")
-            return wall, dict(injected)
+            return wall, dict(injected), startups
 
 
-def _inject_while_running(process: subprocess.Popen, run_dir: Path, pending: dict[str, int], injected: Counter, log) -> bool:
+def _inject_while_running(
+    process: subprocess.Popen, run_dir: Path, pending: dict[str, int], injected: Counter, log, first_step: Callable[[], None]
+) -> bool:
     """Read the progress lines (into the log, with the warnings that come the same way); after
     step k, make the kills planned for k. True when the controller itself was killed (the caller
-    starts it again)."""
+    starts it again). `first_step()` at the process's first progress line."""
+    stepped = False
     for line in process.stderr:
         log.write(line)
         if not line.startswith("step "):
             continue
+        if not stepped:
+            first_step()
+            stepped = True
         step = int(line.split()[1].split("/")[0])
         for fault in [name for name, at in pending.items() if at == step]:
             del pending[fault]
