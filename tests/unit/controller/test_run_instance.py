@@ -25,9 +25,12 @@ def unmarked(monkeypatch):
 
 def sleeper(env: dict | None = None) -> subprocess.Popen:
     """A process of its own session (as Ray's and the sandboxes' are), orphaned like theirs when
-    the run that started it is killed."""
-    code = "import time; time.sleep(120)"
-    return subprocess.Popen([sys.executable, "-c", code], env=env, start_new_session=True)
+    the run that started it is killed. Returned once its interpreter runs: on a loaded machine
+    /proc/<pid>/environ can still show the parent's environment from before the exec."""
+    code = "import time; print('up', flush=True); time.sleep(120)"
+    process = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert process.stdout.readline() == "up\n"
+    return process
 
 
 def write_instance(run_dir, token: str, process: psutil.Process) -> None:
