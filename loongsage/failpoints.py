@@ -20,15 +20,16 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 KILL_AT_ENV = "LOONGSAGE_KILL_AT"
+POINTS = ("train_step", "push_weights")
 
 
 def die_here_if_asked(point: str, step: int, rank: int) -> None:
-    plan = os.environ.get(KILL_AT_ENV)
-    if not plan:
+    text = os.environ.get(KILL_AT_ENV)
+    if not text:
         return
-    plan = json.loads(plan)
-    for kill in plan["kills"]:
-        if (kill["point"], kill["step"], kill["rank"]) == (point, step, rank) and _first_time(Path(plan["marks"]), kill):
+    marks, kills = _read_plan(text)
+    for kill in kills:
+        if (kill["point"], kill["step"], kill["rank"]) == (point, step, rank) and _first_time(marks, kill):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -38,6 +39,23 @@ def dying_after_first(named: Iterable, point: str, step: int, rank: int) -> Iter
         yield item
         if index == 0:
             die_here_if_asked(point, step, rank)
+
+
+def _read_plan(text: str) -> tuple[Path, list[dict]]:
+    """The marks folder and the kills; a malformed plan, or a point no code reaches (a typo that
+    would fire nothing), is refused by name instead of the fault silently not happening."""
+    try:
+        plan = json.loads(text)
+        kills = plan["kills"]
+        for kill in kills:
+            if kill["point"] not in POINTS:
+                raise ValueError(f"point {kill['point']!r} is none of {', '.join(POINTS)}")
+            if not (isinstance(kill["step"], int) and isinstance(kill["rank"], int)):
+                raise ValueError(f"step and rank must be integers: {kill}")
+        return Path(plan["marks"]), kills
+    except (ValueError, KeyError, TypeError) as err:
+        example = '{"marks": DIR, "kills": [{"point": "train_step", "step": 2, "rank": 1}]}'
+        raise ValueError(f"{KILL_AT_ENV}={text!r}: {type(err).__name__}: {err}; expected {example}") from None
 
 
 def _first_time(marks: Path, kill: dict) -> bool:

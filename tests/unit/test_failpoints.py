@@ -51,3 +51,11 @@ def test_another_step_rank_or_point_and_no_plan_go_past(tmp_path):
         assert reach(tmp_path, point, step, rank, plan).stdout.endswith("went past\n")
     assert reach(tmp_path, "train_step", 2, 1, None).stdout == "went past\n"
     assert not (tmp_path / "marks").exists()
+
+
+def test_a_malformed_plan_or_an_unknown_point_is_refused_naming_the_variable(tmp_path):
+    typo = reach(tmp_path, "train_step", 2, 1, [{"point": "train-step", "step": 2, "rank": 1}])
+    assert typo.returncode == 1 and "LOONGSAGE_KILL_AT=" in typo.stderr and "point 'train-step' is none of" in typo.stderr
+    env = {**os.environ, KILL_AT_ENV: "{not json"}
+    broken = subprocess.run([sys.executable, "-c", REACH, "train_step", "2", "1"], env=env, capture_output=True, text=True)
+    assert broken.returncode == 1 and "LOONGSAGE_KILL_AT='{not json': JSONDecodeError" in broken.stderr
