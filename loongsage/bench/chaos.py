@@ -216,8 +216,12 @@ def _report(run_dir: Path, plan: dict, kills: dict[str, int]) -> dict:
     """Faults injected and survived; items by id over the data stream."""
     marks = [path.name.split(".")[0] for path in (run_dir / "chaos").glob("*")] if (run_dir / "chaos").is_dir() else []
     restarts = {tag: max(logged(run_dir, tag).values(), default=0.0) for tag in RESTART_TAGS}
+    said = (run_dir / "launch.log").read_text()
     # Said in the run's log whether or not the item's group was trained (it may be dropped as stale).
-    timeouts = (run_dir / "launch.log").read_text().count("reward timed out")
+    timeouts = said.count("reward timed out")
+    # A trainer restart that lost only the trainer's memory redoes no step; one from an older
+    # checkpoint pushes its weights and rolls out again (Controller._restart_trainer).
+    redone_by_trainer = len(re.findall(r"trainer restarted at step \d+ in .*weight push", said))
     faults = [
         {
             "name": "engine",
@@ -263,7 +267,7 @@ def _report(run_dir: Path, plan: dict, kills: dict[str, int]) -> dict:
         "trained": len(trained_in),
         "lost": max(len(untrained) - int(dropped), 0),
         "twice": sum(len(steps) > 1 for steps in trained_in.values()),
-        "redone": int(restarts["faults/trainer_restarts"]) + kills.get("controller", 0),
+        "redone": redone_by_trainer + kills.get("controller", 0),
         "dropped": dropped,
     }
 

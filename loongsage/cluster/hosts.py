@@ -1,4 +1,5 @@
-"""Which address names this machine: for peers in a Ray cluster, and for servers run in actors."""
+"""Where this process runs: the address that names its machine (for peers in a Ray cluster, and for
+servers run in actors), and the GPUs Ray gave it. Light to import: every actor process does."""
 
 from __future__ import annotations
 
@@ -20,3 +21,10 @@ def serving_host() -> str:
     if ray.is_initialized() and sum(1 for node in ray.nodes() if node.get("Alive")) > 1:
         return this_host()
     return LOOPBACK_HOST
+
+
+def ray_gpu_ids() -> list:
+    """The GPU ids Ray gave the calling task or actor (ints where Ray reports numbers)."""
+    import ray
+
+    return [int(gpu) if str(gpu).isdigit() else gpu for gpu in ray.get_gpu_ids()]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from loongsage.cluster.hosts import ray_gpu_ids
 from loongsage.cluster.roles import RolePlan
 from loongsage.config.roles_rules import ROLES
 
@@ -168,10 +169,3 @@ def _strategy(group, index: int):
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     return PlacementGroupSchedulingStrategy(placement_group=group, placement_group_bundle_index=index)
-
-
-def ray_gpu_ids() -> list:
-    """The GPU ids Ray gave the calling task or actor (ints where Ray reports numbers)."""
-    import ray
-
-    return [int(gpu) if str(gpu).isdigit() else gpu for gpu in ray.get_gpu_ids()]

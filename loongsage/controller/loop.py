@@ -97,7 +97,12 @@ class Controller:
         self.weight_version = 0
         self.pipeline: RolloutPipeline | None = None  # started by run(), after any warm start
         self.calls = InterruptibleCalls("controller")
-        self._saved_step = -1
+        # (step, weight version) of what the last checkpoint holds, the version being the one the
+        # engines hold it under; None: nothing saved yet (a restart builds the base model again).
+        self._checkpointed: tuple[int, int] | None = None
+        # The step in progress's batch, kept until the step is done: a trainer restart that lost
+        # nothing but the trainer's memory trains it again instead of rolling it out again.
+        self._batch: tuple[list[Sample], dict[str, float]] | None = None
         self._warm_started = False
         self._next_engine_check = 0.0
         self._next_trainer_check = 0.0
@@ -183,12 +188,13 @@ class Controller:
         self._idle_clock = IdleClock(self.engines.activity)
 
     def _restart_trainer(self, error: TrainerError) -> None:
-        """A rank died: a new trainer group on the same seats, the last checkpoint loaded into it
-        (weights, optimizer, and the data position with its unsettled items), and a new pipeline
-        from there. The steps after that checkpoint are trained again. When the engines hold the
-        checkpoint's weights (no push since it, and not released for a colocated step), rollout
-        goes on while the new group starts and loads, so the restart costs no more than the step it
-        redoes; otherwise the engines get the checkpoint's weights under a new version first.
+        """A rank died: a new trainer group on the same seats, with the last checkpoint loaded
+        (weights, optimizer). When that checkpoint is the last finished step and the engines hold
+        its weights (the death came before the next push), the trainer's memory is all that was
+        lost: rollout goes on meanwhile and the step in progress trains again on its batch.
+        Otherwise the steps after the checkpoint are trained again: the data position with its
+        unsettled items comes from the checkpoint too, the engines get its weights under a new
+        version, and a new pipeline starts from there.
         TrainerGaveUp when the error is not a death or the restarts are spent."""
         budget = self.cfg.run.max_restarts
         checkpoint = latest_checkpoint(self.run_dir)
@@ -200,38 +206,37 @@ class Controller:
         log.warning(
             "%s; restart %d of run.max_restarts=%d: a new trainer group from %s", error, self.trainer_restarts, budget, where
         )
-        self.pipeline.close()  # its groups in flight end into a buffer nobody reads
-        self.pipeline = None
-        self.data = DataStream(self.cfg.data, self.cfg.rollout.prompts_per_step, self.cfg.run.seed)
-        self.step = self._saved_step = 0
-        checkpoint_version = 0  # the base model's
-        if checkpoint is not None:
-            state = load_controller_state(checkpoint)
-            self._restore_controller_state(state)
-            checkpoint_version = state["weight_version"]
-        # Colocated engines that released their weights for the step the death cut short need a push.
-        engines_hold_checkpoint = checkpoint_version == self.weight_version and not self.engines.weights_released
-        if engines_hold_checkpoint:
-            self._start_pipeline()
+        # No checkpoint: the base model, which the engines hold under version 0 until a push.
+        lost_only_the_trainer = (self._checkpointed or (0, 0)) == (self.step, self.weight_version)
+        if not lost_only_the_trainer:
+            self.pipeline.close()  # its groups in flight end into a buffer nobody reads
+            self.pipeline = None
+            self._batch = None
+            self.data = DataStream(self.cfg.data, self.cfg.rollout.prompts_per_step, self.cfg.run.seed)
+            self.step = 0
+            if checkpoint is not None:
+                self._restore_controller_state(load_controller_state(checkpoint))
         self.trainer = self._train_group(self.model_path)
         self.trainer.set_weight_plan(self.weight_plan)
         built = time.perf_counter()
         if checkpoint is not None:
             self.trainer.load_checkpoint(str(checkpoint / "trainer"))
         loaded = time.perf_counter()
-        if not engines_hold_checkpoint:
+        if lost_only_the_trainer:
+            went_on = "the step's batch kept" if self._batch else "rollout went on meanwhile"
+        else:
             with self.engines.weight_update(interrupt=True):  # what the old pipeline still generates stops
                 self._sync_weights()
+            self._checkpointed = (self.step, self.weight_version) if checkpoint is not None else None
             self._start_pipeline()
+            went_on = f"weight push {time.perf_counter() - loaded:.1f} s"
         log.info(
             "trainer restarted at step %d in %.1f s (new group %.1f s, checkpoint load %.1f s, %s)",
             self.step,
             time.perf_counter() - started,
             built - started,
             loaded - built,
-            "rollout went on meanwhile: the engines hold the checkpoint's weights"
-            if engines_hold_checkpoint
-            else f"weight push {time.perf_counter() - loaded:.1f} s",
+            went_on,
         )
 
     def _teacher_group(self, model_path: str) -> TeacherGroup | None:
@@ -305,7 +310,9 @@ class Controller:
         its batch is still being rolled out, or `abandon()` while it trains or syncs weights."""
         step = self.step + 1
         started = time.perf_counter()
-        samples, pipeline_metrics = self.pipeline.take(self.weight_version, self._tending_engines(stop))
+        if self._batch is None:
+            self._batch = self.pipeline.take(self.weight_version, self._tending_engines(stop))
+        samples, pipeline_metrics = self._batch
         if step == self.cfg.run.steps:  # nothing more will be trained: start no more groups
             self.pipeline.close()
         rolled_out = time.perf_counter()
@@ -326,6 +333,7 @@ class Controller:
         trained = time.perf_counter()
         self.calls.call(self._sync_weights, abandon, f"the weight sync of step {step}", trainer_busy=True)
         synced = time.perf_counter()
+        self._batch = None
         metrics.update(rollout_metrics(samples))
         metrics.update(pipeline_metrics)
         metrics.update(self._transfer_metrics)
@@ -406,7 +414,7 @@ class Controller:
         }
         run = self.cfg.run
         save_checkpoint(self.run_dir, self.step, state, self.trainer.save_checkpoint, run.keep_checkpoints, run.keep_every)
-        self._saved_step = self.step
+        self._checkpointed = (self.step, self.weight_version)
 
     def _stop_here(self, interrupted: StepInterrupted) -> None:
         """The checkpoint a stopping run resumes from, unless its last step was just saved, it has
@@ -428,14 +436,14 @@ class Controller:
         if not trained:
             log.info("stopping before training: nothing to save")
             return
-        if self._saved_step != self.step:
+        if self._checkpointed is None or self._checkpointed[0] != self.step:
             self._save()
         log.info("stopping at step %d: checkpoint written in %.1f s", self.step, time.perf_counter() - started)
 
     def _restore_controller_state(self, state: dict) -> None:
         """The step and the data position of a checkpoint's controller state (not the weight
         version: a restart goes on from the published one)."""
-        self.step = self._saved_step = state["step"]
+        self.step = state["step"]
         # Checkpoints from before the field existed are all of trained steps, after any warm start.
         self._warm_started = state.get("warm_started", True)
         self.data.load_state_dict(state["data"] if "data" in state else from_legacy_state(state, self.data))
@@ -456,4 +464,5 @@ class Controller:
         # The engines start from the base model; give them the checkpoint's weights.
         version = self.weight_version
         self.engines.push_weights(lambda urls: self.trainer.push_weights(urls, version), version)
+        self._checkpointed = (self.step, version)
         log.info("resumed from %s at step %d", checkpoint, self.step)

@@ -154,8 +154,9 @@ class EngineFleet:
     def release_memory(self) -> None:
         """Colocated engines free their weights and KV cache while the trainer steps on the same
         devices (nothing may be in flight); `memory_resumed_for_push` brings it back. Disaggregated
-        engines keep theirs."""
-        if self.colocated:
+        engines keep theirs. Released already (the step trained again after a trainer restart):
+        nothing to do."""
+        if self.colocated and not self.weights_released:
             self._each_answering(lambda client: client.release_memory_occupation(list(MEMORY_TAGS)))
             self.weights_released = True
 

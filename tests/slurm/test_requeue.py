@@ -54,8 +54,13 @@ def test_sbatch_job_checkpoints_on_the_warning_signal_and_resumes_after_requeue(
         timeout=60,
     )
     assert first.returncode == 0, first.stderr
-    slurm.wait_gone(first.stdout.strip().split(";")[0], timeout_s=120)
-    job_id = re.search(r"Submitted batch job (\d+)", next(tmp_path.glob("slurm-*.out")).read_text()).group(1)
+    first_id = first.stdout.strip().split(";")[0]
+    slurm.wait_gone(first_id, timeout_s=120)
+    # By its id: the job it submits may have started and written its own slurm-<id>.out already.
+    note = (tmp_path / f"slurm-{first_id}.out").read_text()
+    submitted = re.search(r"Submitted batch job (\d+)", note)
+    assert submitted, note
+    job_id = submitted.group(1)
     log = tmp_path / f"slurm-{job_id}.out"
 
     _wait_for_line(log, "step 2/", timeout_s=300, job=(slurm, job_id))

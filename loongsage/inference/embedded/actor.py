@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING
 import ray
 
 from loongsage.cluster.cpu_placement import pin_this_process
-from loongsage.cluster.hosts import serving_host
-from loongsage.cluster.placement import ray_gpu_ids
+from loongsage.cluster.hosts import ray_gpu_ids, serving_host
 
 if TYPE_CHECKING:
     from loongsage.inference.embedded.server import EmbeddedServer

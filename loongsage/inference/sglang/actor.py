@@ -26,8 +26,7 @@ from pathlib import Path
 import ray
 
 from loongsage.cluster.cpu_placement import pin_this_process
-from loongsage.cluster.hosts import serving_host
-from loongsage.cluster.placement import ray_gpu_ids
+from loongsage.cluster.hosts import ray_gpu_ids, serving_host
 from loongsage.inference.sglang.config import EngineSettings, launch_spec
 from loongsage.inference.sglang.flags import launch_env, launch_flags
 from loongsage.inference.sglang.node import SglangNodeActor

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import ray
 
-from loongsage.cluster.placement import ray_gpu_ids
+from loongsage.cluster.hosts import ray_gpu_ids
 from loongsage.inference.sglang.flags import launch_env
 from loongsage.inference.sglang.process import ServerProcess
 

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from loongsage.algorithms.critic import reads_critic
 from loongsage.algorithms.losses import token_logprobs
-from loongsage.cluster.placement import ray_gpu_ids
+from loongsage.cluster.hosts import ray_gpu_ids
 from loongsage.failpoints import die_here_if_asked
 from loongsage.models import hf_config, is_mixture_of_experts, load_causal_lm
 from loongsage.sample import Sample

@@ -10,7 +10,7 @@ import os
 import time
 
 from loongsage.failpoints import KILL_AT_ENV
-from tests.integration.launch.launch_support import TINY_RUN, scalars
+from tests.integration.launch.launch_support import TINY_RUN, scalars, stream_items, trained_items
 from tests.integration.launch.test_stopping import Run
 from tests.toy_rewards import HOLD_ENV
 
@@ -54,7 +54,7 @@ def run_with_three_deaths(tmp_path, worker: str, *overrides: str) -> Run:
 
 
 def test_megatron_ranks_killed_waiting_mid_step_and_mid_push_are_replaced_each_time_and_the_run_finishes(tmp_path):
-    run = run_with_three_deaths(tmp_path, "MegatronWorker", *MEGATRON_RANKS)
+    run = run_with_three_deaths(tmp_path, "MegatronWorker", *MEGATRON_RANKS, "logging.rollouts_per_step=16")
     code, _ = run.finish(timeout=300)
     assert code == 0, run.output[-4000:]
     said, run_dir = run.output, tmp_path / "run"
@@ -63,17 +63,25 @@ def test_megatron_ranks_killed_waiting_mid_step_and_mid_push_are_replaced_each_t
     assert "train worker rank 0 died during push_weights at trainer step 3; restart 3 of run.max_restarts=3" in said
     assert said.count(f"a new trainer group from {run_dir}/checkpoints/step_000001") == 2
     assert f"a new trainer group from {run_dir}/checkpoints/step_000002" in said
-    # Killed while waiting, the engines held the checkpoint's weights: rollout went on meanwhile.
-    # Killed mid-step, the engines (colocated) had released theirs for the step; mid-push, they
-    # held part of version 3: both times the checkpoint's weights went to them first.
+    # Killed while waiting or mid-step, the checkpoint was the last finished step and the engines
+    # held its weights: only the trainer's memory was lost. Rollout went on meanwhile; the step cut
+    # short trained again on the batch it had. Mid-push, the engines held part of version 3: the
+    # checkpoint's weights went to them first and step 3 was rolled out again.
     restarts = [line for line in said.splitlines() if "trainer restarted at step" in line]
-    assert len(restarts) == 3 and "rollout went on meanwhile" in restarts[0], restarts
-    assert all("weight push" in line for line in restarts[1:]), restarts
+    assert len(restarts) == 3, restarts
+    assert "rollout went on meanwhile" in restarts[0] and "the step's batch kept" in restarts[1], restarts
+    assert "weight push" in restarts[2], restarts
     logged = scalars(run_dir)
     assert sorted(logged["rollout/reward_mean"]) == [1, 2, 3, 4]
     assert logged["faults/trainer_restarts"][4] == 3.0
     # What the engines sample with is the restarted trainer's weights, each time: no gap.
     assert max(logged["train/mismatch_k3_kl"].values()) < 1e-6
+    # Each step trained the data stream's next 4 items, none lost or taken twice across the deaths.
+    stream = stream_items(16)
+    by_step: dict[int, set[str]] = {}
+    for step, item in trained_items(run_dir):
+        by_step.setdefault(step, set()).add(item)
+    assert by_step == {step: set(stream[4 * (step - 1) : 4 * step]) for step in range(1, 5)}, by_step
 
 
 def test_fsdp_ranks_killed_until_no_restart_is_left_stop_the_run_with_one_paragraph(tmp_path):
