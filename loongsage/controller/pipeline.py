@@ -155,6 +155,10 @@ class ThreadedPipeline:
                 if deadline is not None and time.perf_counter() >= deadline:
                     break
             if self.error is not None:
+                # A Ctrl-C in a terminal reaches every process of the group at once: an agent's git
+                # or program dies of it, and its group fails just as the stop is asked for.
+                if stop():
+                    raise StepInterrupted(f"stopped waiting for a training batch: {self.describe()}") from self.error
                 raise RuntimeError(f"rollout failed: {type(self.error).__name__}: {self.error}") from self.error
             if not taken:
                 if self._closed:

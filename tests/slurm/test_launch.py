@@ -73,9 +73,29 @@ def _assert_trained(run_dir, job_output: Path | None = None) -> None:
 
 
 def test_sbatch_template_sizes_the_job_from_cluster_keys(slurm, tmp_path):
+    """The template resubmits itself with the GPUs cluster.gpus_per_node asks for, and the run in it
+    is the disaggregated SGLang layout: the engine's server gets its seat's device (not the
+    trainer's), its ports from the job's port block, and the run trains on it."""
     run_dir = tmp_path / "run"
+    server = REPO_ROOT / "tests" / "slurm" / "serve_embedded_showing_devices.py"
+    sglang = [
+        "rollout.engine=sglang",
+        f"rollout.sglang.command=[{sys.executable},{server}]",
+        "roles.trainer.gpus=1",
+        "roles.rollout.gpus=1",
+        "run.placement=disaggregated",
+        "run.mode=one_step_off",
+    ]
     first = subprocess.run(
-        ["sbatch", "--parsable", f"--output={tmp_path}/slurm-%j.out", "slurm/loongsage.sbatch", *TINY, f"run.dir={run_dir}"],
+        [
+            "sbatch",
+            "--parsable",
+            f"--output={tmp_path}/slurm-%j.out",
+            "slurm/loongsage.sbatch",
+            *TINY,
+            *sglang,
+            f"run.dir={run_dir}",
+        ],
         cwd=REPO_ROOT,
         env=_job_env(),
         capture_output=True,
@@ -93,6 +113,11 @@ def test_sbatch_template_sizes_the_job_from_cluster_keys(slurm, tmp_path):
     job_output = tmp_path / f"slurm-{match.group(1)}.out"
     _assert_trained(run_dir, job_output)
     assert "[loongsage] ray up on 1 node(s)" in job_output.read_text()
+    log = (run_dir / "engines" / "engine-0.log").read_text()
+    devices = re.findall(r"^CUDA_VISIBLE_DEVICES=(.*)$", log, re.MULTILINE)
+    port = int(re.search(r"--port (\d+)", log).group(1))
+    assert devices and len(devices[0].split(",")) == 1, log[-2000:]
+    assert (port - FIRST_PORT) % PORTS_PER_JOB >= FIRST_ENGINE_PORT, f"port {port} is outside the job's engine ports"
 
 
 def test_bootstrap_inside_a_job_registers_the_allocation(slurm, tmp_path):
@@ -161,26 +186,3 @@ def test_a_job_whose_config_is_refused_fails_the_launch_at_once(slurm, tmp_path)
     result = _launch_on_slurm(tmp_path, *bad, timeout=120)
     assert result.returncode != 0
     assert "JobFailed: invalid config" in result.stderr and "roles.trainer.gpus=2" in result.stderr, result.stderr[-3000:]
-
-
-def test_sglang_engine_actor_on_its_own_gpu_of_the_allocation(slurm, tmp_path):
-    """rollout.engine=sglang in a job: the engine's server gets its seat's device (not the
-    trainer's), its ports from the job's port block, and the run trains on it."""
-    run_dir = tmp_path / "run"
-    server = REPO_ROOT / "tests" / "slurm" / "serve_embedded_showing_devices.py"
-    sglang = [
-        "rollout.engine=sglang",
-        f"rollout.sglang.command=[{sys.executable},{server}]",
-        "roles.trainer.gpus=1",
-        "roles.rollout.gpus=1",
-        "run.placement=disaggregated",
-        "run.mode=one_step_off",
-    ]
-    result = _launch_on_slurm(tmp_path, *sglang)
-    assert result.returncode == 0, result.stderr[-4000:]
-    _assert_trained(run_dir)
-    log = (run_dir / "engines" / "engine-0.log").read_text()
-    devices = re.findall(r"^CUDA_VISIBLE_DEVICES=(.*)$", log, re.MULTILINE)
-    port = int(re.search(r"--port (\d+)", log).group(1))
-    assert devices and len(devices[0].split(",")) == 1, log[-2000:]
-    assert (port - FIRST_PORT) % PORTS_PER_JOB >= FIRST_ENGINE_PORT, f"port {port} is outside the job's engine ports"

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loongsage.algorithms.staleness_windows import WINDOWS, StalenessWindow, WindowGated, build_window
+from loongsage.controller.interruptible import StepInterrupted
 from loongsage.controller.pipeline import FinishedGroup, PipelineBuffer, ThreadedPipeline
 
 WAIT_S = 60  # bounds a hang only: CI runs on 2 loaded cores
@@ -151,6 +152,15 @@ def test_threaded_pipeline_raises_a_failed_group_to_the_trainer():
     pipeline.fail(ConnectionError("engine http://127.0.0.1:1 refused"))
     with pytest.raises(RuntimeError, match="rollout failed: ConnectionError: engine http://127.0.0.1:1 refused"):
         pipeline.take(0, timeout=5)
+
+
+def test_a_group_that_fails_as_the_run_stops_is_the_stop_not_a_failure():
+    """A terminal's Ctrl-C reaches an agent's processes too: their group fails as the stop is asked."""
+    pipeline = ThreadedPipeline(PipelineBuffer(build_window("window_gated", 2, 0), max_inflight=2))
+    pipeline.start()
+    pipeline.fail(RuntimeError("prompt group 0 (item a) produced no samples"))
+    with pytest.raises(StepInterrupted, match="stopped waiting for a training batch"):
+        pipeline.take(0, timeout=5, stop=lambda: True)
 
 
 def test_threaded_pipeline_times_out_with_its_state():
