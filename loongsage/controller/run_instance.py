@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 
 from loongsage.controller.checkpoint import write_atomically
-from loongsage.controller.stopping import describe_process, terminate_processes
+from loongsage.controller.stopping import describe_process, kill_processes
 from loongsage.run_marker import RUN_MARKER
 
 INSTANCE_FILE = "instance.json"
@@ -43,7 +43,9 @@ def claim_run_dir(run_dir: Path) -> list[str]:
             _refuse_if_alive(run_dir, earlier)
             leftovers = _left_by(earlier)
     described = [describe_process(process) for process in leftovers]
-    terminate_processes(leftovers)
+    # Killed outright, their run cannot end them; those still here have outlived it already (Ray's
+    # agents ignore SIGTERM for seconds: a grace period only delayed this start by 3 s).
+    kill_processes(leftovers)
     os.environ[RUN_MARKER] = uuid.uuid4().hex
     _write_record(path, [])
     return described

@@ -138,13 +138,38 @@ def terminate_processes(processes: list[psutil.Process], wait_s: float = KILL_WA
             process.terminate()
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(processes, timeout=wait_s)
-    for process in alive:
+    kill_processes(_still_running(processes, wait_s), wait_s)
+
+
+def kill_processes(processes: list[psutil.Process], wait_s: float = KILL_WAIT_S) -> None:
+    """SIGKILL, then wait up to `wait_s` for them to have exited."""
+    for process in processes:
         try:
             process.kill()
         except psutil.Error:
             pass
-    psutil.wait_procs(alive, timeout=wait_s)
+    _still_running(processes, wait_s)
+
+
+def _still_running(processes: list[psutil.Process], wait_s: float) -> list[psutil.Process]:
+    """Those not exited within `wait_s`. A zombie has exited (it holds no port, file or memory):
+    an orphan's reaper, PID 1, may leave it for a second or more, which psutil.wait_procs waits out."""
+    deadline = time.monotonic() + wait_s
+    running = list(processes)
+    while running:
+        running = [process for process in running if _is_running(process)]
+        if not running or time.monotonic() >= deadline:
+            break
+        time.sleep(0.01)
+    psutil.wait_procs([p for p in processes if p not in running], timeout=0)  # reaps this process's own children
+    return running
+
+
+def _is_running(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def describe_process(process: psutil.Process) -> str:
