@@ -37,7 +37,7 @@ def items_by_step(rollouts: str) -> dict[int, set[str]]:
 
 def kill_during_save(run_dir, step: int) -> list[psutil.Process]:
     """Start the run; SIGKILL launch.py (and nothing else) as soon as the save of `step` has
-    begun. What it had started, as it was at the kill."""
+    begun. What it had started up to then."""
     process = subprocess.Popen(
         [sys.executable, "launch.py", *RUN, f"run.dir={run_dir}"],
         cwd=REPO_ROOT,
@@ -47,14 +47,20 @@ def kill_during_save(run_dir, step: int) -> list[psutil.Process]:
     )
     staging = run_dir / "checkpoints" / f".staging_step_{step:06d}"
     deadline = time.monotonic() + 300
+    started: dict[int, psutil.Process] = {}
+    listed_at = 0.0
     while not staging.exists():
         assert process.poll() is None, "the run ended before it saved"
         assert time.monotonic() < deadline, f"no save of step {step} within 300 s"
+        # Listed while waiting, not after the save has begun: on a busy machine listing them took
+        # long enough for the tiny model's save to finish before the kill.
+        if time.monotonic() - listed_at > 0.2:
+            started.update({child.pid: child for child in psutil.Process(process.pid).children(recursive=True)})
+            listed_at = time.monotonic()
         time.sleep(0.002)
-    started = psutil.Process(process.pid).children(recursive=True)
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
-    return started
+    return list(started.values())
 
 
 def test_a_killed_controller_resumes_with_nothing_lost_or_left(tmp_path):
