@@ -150,6 +150,15 @@ def _range_problems(cfg: Config) -> list[str]:
         ),
         (cfg.run.steps >= 1, f"run.steps={cfg.run.steps} must be >= 1"),
         (cfg.run.max_restarts >= 0, f"run.max_restarts={cfg.run.max_restarts} must be >= 0"),
+        (
+            not cfg.run.spare_trainer or cfg.run.max_restarts > 0,
+            "run.spare_trainer=true keeps processes for trainer restarts, but run.max_restarts=0 allows none",
+        ),
+        (
+            not cfg.run.spare_trainer or cfg.roles.trainer.gpus == 0,
+            f"run.spare_trainer=true needs trainer ranks on CPUs, not roles.trainer.gpus={cfg.roles.trainer.gpus}: "
+            f"a spare holds no GPU while its rank lives, and taking the seat's GPU after it started is not built",
+        ),
         (cfg.rollout.max_engine_restarts >= 0, f"rollout.max_engine_restarts={cfg.rollout.max_engine_restarts} must be >= 0"),
         (cfg.data.reward_timeout_s > 0, f"data.reward_timeout_s={cfg.data.reward_timeout_s} must be > 0"),
         *(

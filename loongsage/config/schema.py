@@ -374,6 +374,10 @@ class RunConfig:
     # Rebuilds of the trainer group after one of its ranks dies (killed, out of memory), each from
     # the last checkpoint; one more death stops the run.
     max_restarts: int = 3
+    # A second process per trainer rank, its imports done (torch, the model code: ~3.5 s on a CPU)
+    # and holding no seat, which a restart adopts in place of starting a new one; then the next
+    # spare starts. Costs a process's memory per rank. CPU ranks only (roles.trainer.gpus=0).
+    spare_trainer: bool = False
     # sync: rollout, then training, then weight sync, in turn. one_step_off: the next batch is
     # generated (one version behind) while the trainer trains. fully_async: rollout never stops;
     # the pipeline's staleness window bounds how far behind its tokens may be.

@@ -135,6 +135,7 @@ class Controller:
                     monitor.log(self.step, metrics, samples)
                     if self.step % self.cfg.run.save_every == 0 or self.step == self.cfg.run.steps:
                         self._save()
+                    self.trainer.start_spares()  # run.spare_trainer; off the start's and a restart's path
                 except TrainerError as error:
                     monitor.close()
                     self._restart_trainer(error)
@@ -216,7 +217,8 @@ class Controller:
             self.step = 0
             if checkpoint is not None:
                 self._restore_controller_state(load_controller_state(checkpoint))
-        self.trainer = self._train_group(self.model_path)
+        spares = self.trainer.take_spares()
+        self.trainer = self._train_group(self.model_path, spares)
         self.trainer.set_weight_plan(self.weight_plan)
         built = time.perf_counter()
         if checkpoint is not None:
@@ -231,10 +233,11 @@ class Controller:
             self._start_pipeline()
             went_on = f"weight push {time.perf_counter() - loaded:.1f} s"
         log.info(
-            "trainer restarted at step %d in %.1f s (new group %.1f s, checkpoint load %.1f s, %s)",
+            "trainer restarted at step %d in %.1f s (new group %.1f s%s, checkpoint load %.1f s, %s)",
             self.step,
             time.perf_counter() - started,
             built - started,
+            " in its spare processes" if spares else "",
             loaded - built,
             went_on,
         )
@@ -252,16 +255,21 @@ class Controller:
             gpus=[list(seat.gpus) for seat in seats] or None,
         )
 
-    def _train_group(self, model_path: str) -> TrainGroup:
+    def _train_group(self, model_path: str, spares: list | None = None) -> TrainGroup:
+        """`spares`: the processes of the group it replaces kept for it (run.spare_trainer)."""
         cfg = self.cfg
-        return TrainGroup(
+        group = TrainGroup(
             model_path,
             cfg.trainer,
             cfg.algorithm,
             cfg.run.seed,
             ray_options=self.placement.trainer_options,
             cpus=self.placement.trainer_cpus,
+            spares=cfg.run.spare_trainer,
+            adopt=spares or None,
         )
+        log.info("trainer ranks' processes: %s", ", ".join(f"rank {rank} pid {pid}" for rank, pid in enumerate(group.pids)))
+        return group
 
     def _rollout_source(self, model_path: str) -> RolloutSource:
         """Agent episodes through the router when an agent is configured, else one completion per sample."""

@@ -62,6 +62,15 @@ def load_causal_lm(model_path: str | Path, dtype=None):
     return AutoModelForCausalLM.from_pretrained(str(model_path), dtype=dtype or torch.float32)
 
 
+def import_causal_lm_code(model_path: str | Path) -> None:
+    """Imports the checkpoint's model code without building the model: most of a first
+    `load_causal_lm`'s time in a fresh process on a CPU (about 2.5 s of 3 for SmolLM2-135M)."""
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(str(model_path)))]
+
+
 def load_base_model(model_path: str | Path, dtype=None):
     """The checkpoint's transformer without its LM head (what a value model is built on)."""
     import torch

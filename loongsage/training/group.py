@@ -40,11 +40,21 @@ class TrainGroup:
     """
 
     def __init__(
-        self, model_path: str, cfg, algo, seed: int, ray_options: list[dict] | None = None, cpus: list[list[int]] | None = None
+        self,
+        model_path: str,
+        cfg,
+        algo,
+        seed: int,
+        ray_options: list[dict] | None = None,
+        cpus: list[list[int]] | None = None,
+        spares: bool = False,
+        adopt: list | None = None,
     ):
         """`ray_options`: each rank's Ray actor options (its placement-group seat); None: `trainer.num_threads`
         CPUs each, wherever Ray likes. `cpus`: the cores of each rank (disaggregated placement on this
-        machine); None: all cores."""
+        machine); None: all cores. `spares`: a spare process per rank for the group that replaces
+        this one (`start_spares`, `take_spares`). `adopt`: such spares, which this group's ranks
+        run in instead of new processes."""
         self.trainer = trainer_settings(cfg)
         self.algo = algo_settings(algo)
         self.step = 0
@@ -53,22 +63,32 @@ class TrainGroup:
         ranks, (ranks_key, _) = train_ranks(self.trainer), train_ranks_named(self.trainer)
         check_one_per_actor(ray_options, ranks, "TrainGroup ray_options", ranks_key)
         check_one_per_actor(cpus, ranks, "TrainGroup cpus", ranks_key)
-        actor = ray.remote(train_backend(self.trainer.backend))
-        self.workers = [
-            # A seat's num_cpus (its share of the bundle's one CPU) replaces num_threads: an actor
-            # asking for more than its bundle holds would never be scheduled.
-            actor.options(**{"num_cpus": self.trainer.num_threads, **(ray_options[rank] if ray_options else {})}).remote(
-                str(model_path), self.trainer, self.algo, seed, rank, cpus[rank] if cpus else None
-            )
-            for rank in range(ranks)
-        ]
+        check_one_per_actor(adopt, ranks, "TrainGroup adopt", ranks_key)
+        if spares and any(options.get("num_gpus") for options in ray_options or []):
+            raise ValueError("TrainGroup spares are for CPU ranks: a spare cannot hold its seat's GPU while its rank lives")
+        self._rank_args, self._ray_options, self._cpus = (str(model_path), seed), ray_options, cpus
+        self.spares: list = []
+        self.workers = self._spares_alive(adopt) if adopt else self._start_ranks()
         (address,) = self._gather("rendezvous_address", [self.workers[0].rendezvous_address.remote()])
         self._call_all("setup", *address)
+        self.pids: list[int] = self._call_all("pid")
         self.layout = self._data_layout()
         # The sources a route plan may use: rank -> host of each rank that holds a full replica
         # once a push has gathered the weights.
         self.weight_sources = {rank: host for rank, host in enumerate(self._call_all("weight_source")) if host}
         self.weight_plan: Plan | None = None
+        self._wants_spares = spares
+
+    def start_spares(self) -> None:
+        """Starts the spare processes asked for (`spares`), unless they are running. Called by the
+        driver once a step is done: their imports take seconds of CPU, which would slow this
+        group's own start, or the restart, if they began with it. They hold no resources: each
+        rank's seat stays its rank's until that rank dies."""
+        if not self._wants_spares or self.spares:
+            return
+        self.spares = self._start_ranks(num_cpus=0)
+        for spare in self.spares:
+            spare.warm_up.remote()  # `_spares_alive`'s first call waits for it
 
     def train_step(self, samples: list[Sample], policy_version: int | None = None) -> dict[str, float]:
         """`policy_version`: the weight version the trainer's weights are (read by
@@ -129,7 +149,42 @@ class TrainGroup:
         next training call; a rank answers it at once when idle."""
         self._gather("the wait for a batch", [worker.data_rank.remote() for worker in self.workers])
 
+    def take_spares(self) -> list:
+        """The spare processes, for the group that replaces this one (and no longer this group's
+        to end); [] without spares."""
+        spares, self.spares = self.spares, []
+        return spares
+
     def shutdown(self) -> None:
+        self._end_ranks()
+        for spare in self.take_spares():
+            ray.kill(spare)
+
+    def _start_ranks(self, **options) -> list:
+        """One actor per rank of the `trainer.backend` worker class, constructed with the rank's
+        arguments; `options` over each rank's own Ray options."""
+        actor = ray.remote(train_backend(self.trainer.backend))
+        (model_path, seed), ray_options, cpus = self._rank_args, self._ray_options, self._cpus
+        return [
+            # A seat's num_cpus (its share of the bundle's one CPU) replaces num_threads: an actor
+            # asking for more than its bundle holds would never be scheduled.
+            actor.options(
+                **{"num_cpus": self.trainer.num_threads, **(ray_options[rank] if ray_options else {}), **options}
+            ).remote(model_path, self.trainer, self.algo, seed, rank, cpus[rank] if cpus else None)
+            for rank in range(train_ranks(self.trainer))
+        ]
+
+    def _spares_alive(self, spares: list) -> list:
+        """`spares` once each answers (its imports done); new processes instead if one is gone."""
+        try:
+            ray.get([spare.pid.remote() for spare in spares])
+            return spares
+        except ray.exceptions.RayActorError:
+            for spare in spares:
+                ray.kill(spare)
+            return self._start_ranks()
+
+    def _end_ranks(self) -> None:
         for worker in self.workers:
             ray.kill(worker)
         self.workers = []
@@ -206,5 +261,5 @@ class TrainGroup:
 
     def _fail(self, message: str, err: Exception, died: bool = False) -> None:
         self._broken, self._broken_by_death = message, died
-        self.shutdown()
+        self._end_ranks()  # the spares are the next group's (take_spares), or ended by shutdown()
         raise TrainerError(message, died=died) from err

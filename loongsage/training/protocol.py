@@ -2,7 +2,7 @@
 
 The HF/torch.distributed backend (`loongsage.training.fsdp.TrainWorker`) implements it;
 a Megatron backend slots in by implementing the same methods. Every method except
-`rendezvous_address` and `data_rank` is collective: the group calls it on all ranks at once.
+`pid`, `warm_up`, `rendezvous_address` and `data_rank` is collective: the group calls it on all ranks at once.
 """
 
 from __future__ import annotations
@@ -14,6 +14,13 @@ from loongsage.transfer.source_routes import SourceReport
 
 
 class TrainBackend(Protocol):
+    def pid(self) -> int:
+        """This rank's process id."""
+
+    def warm_up(self) -> None:
+        """Import what `setup` will need: called on a spare process (run.spare_trainer) ahead of
+        its adoption, so that a restart does not wait for it."""
+
     def rendezvous_address(self) -> tuple[str, int]:
         """Host and free port for the process group's TCP store (asked of rank 0)."""
 

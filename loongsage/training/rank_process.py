@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from datetime import timedelta
@@ -14,6 +15,7 @@ import torch.distributed as dist
 from loongsage.cluster.cpu_placement import pin_this_process
 from loongsage.cluster.hosts import this_host
 from loongsage.failpoints import dying_after_first
+from loongsage.models import import_causal_lm_code
 from loongsage.transfer.endpoints import source_name
 from loongsage.transfer.routes import Plan
 from loongsage.transfer.source_routes import SourceReport, send_routes
@@ -84,6 +86,14 @@ class TrainRank:
         self.dtype = DTYPES[trainer.dtype]
         self.step = 0
         seed_everything(seed + rank)
+
+    def warm_up(self) -> None:
+        """What a spare process does ahead of its adoption: import what `setup` will need."""
+        import_causal_lm_code(self.model_path)
+
+    def pid(self) -> int:
+        """This rank's process (the controller logs it: a rank to attach a profiler to, or to kill)."""
+        return os.getpid()
 
     def rendezvous_address(self) -> tuple[str, int]:
         """This host's address and a free port for the process group's TCP store (asked of rank 0)."""

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
+
+import psutil
 
 from loongsage.failpoints import KILL_AT_ENV
 from tests.integration.launch.launch_support import TINY_RUN, scalars, stream_items, trained_items
@@ -38,16 +41,38 @@ MEGATRON_RANKS = ["trainer.backend=megatron", "trainer.megatron.dp=2"]
 KILLS = [{"point": "train_step", "step": 2, "rank": 1}, {"point": "push_weights", "step": 3, "rank": 0}]
 
 
+def rank_pids(output: str) -> list[list[int]]:
+    """Each trainer group's rank processes, in the order the run built the groups."""
+    return [
+        [int(pid) for pid in re.findall(r"pid (\d+)", line)]
+        for line in output.splitlines()
+        if "trainer ranks' processes:" in line
+    ]
+
+
+def running_workers(run: Run, worker: str, count: int) -> set[int]:
+    """The pids of the run's `count` `worker` processes (its ranks and their spares, which start
+    once step 1 is done), once that many are running."""
+    deadline = time.monotonic() + 60
+    while len(pids := {process.pid for process in run.actors(worker)}) < count:
+        assert time.monotonic() < deadline, f"{len(pids)} {worker} processes within 60 s, not {count}"
+        time.sleep(0.1)
+    return pids
+
+
 def run_with_three_deaths(tmp_path, worker: str, *overrides: str) -> Run:
     """Rank 1 killed by pid while the controller waits for step 2's batch (held back by the reward
-    until the death is seen), then the failpoints' two deaths."""
+    until the death is seen), then the failpoints' two deaths. `run.running_at_kill`: the pids of
+    the `worker` processes (ranks and any spares) just before."""
     hold = tmp_path / "hold"
     hold.touch()
     env = {**os.environ, HOLD_ENV: str(hold), KILL_AT_ENV: json.dumps({"marks": str(tmp_path / "kills"), "kills": KILLS})}
     run = Run(*TWO_RANKS, *overrides, f"run.dir={tmp_path / 'run'}", env=env)
     run.wait_for("step 1/")
     wait_for_checkpoint(tmp_path / "run", 1)
-    run.actors(worker)[1].kill()
+    run.running_at_kill = running_workers(run, worker, 4 if "run.spare_trainer=true" in overrides else 2)
+    (ranks,) = rank_pids(run.output)
+    psutil.Process(ranks[1]).kill()
     run.wait_for("train worker rank 1 died during the wait for a batch at trainer step 1; restart 1", anywhere=True)
     hold.unlink()
     return run
@@ -85,10 +110,16 @@ def test_megatron_ranks_killed_waiting_mid_step_and_mid_push_are_replaced_each_t
 
 
 def test_fsdp_ranks_killed_until_no_restart_is_left_stop_the_run_with_one_paragraph(tmp_path):
-    run = run_with_three_deaths(tmp_path, "TrainWorker", *FSDP_RANKS, "run.max_restarts=2")
+    run = run_with_three_deaths(tmp_path, "TrainWorker", *FSDP_RANKS, "run.max_restarts=2", "run.spare_trainer=true")
     code, _ = run.finish(timeout=300)
     said, run_dir = run.output, tmp_path / "run"
     assert code == 1, said[-4000:]
+    # run.spare_trainer: the first new group ran in the spares, running since step 1 was done. The
+    # second death came in that group's first step, before it had started spares of its own.
+    first, second, third = rank_pids(said)
+    assert set(second) <= run.running_at_kill - set(first) and set(third).isdisjoint(first + second), (first, second, third)
+    restarts = [line for line in said.splitlines() if "trainer restarted at step" in line]
+    assert ["in its spare processes" in line for line in restarts] == [True, False], restarts
     assert "train worker rank 1 died during train_step at trainer step 1; restart 2 of run.max_restarts=2" in said
     after = said.split("died during push_weights")[1]
     assert "after 2 restart(s) of the trainer group (run.max_restarts=2)" in after, after[-4000:]

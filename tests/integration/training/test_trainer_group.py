@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from types import SimpleNamespace
 
+import psutil
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -95,22 +97,30 @@ def test_fsdp2_trains_saves_and_resumes_like_ddp(ddp_run, tiny_model_path, tmp_p
             torch.testing.assert_close(tensor, ddp[name], rtol=0, atol=1e-5, msg=f"{step} {name}")
 
 
+def assert_same_weights(checkpoint_dir, expected_dir) -> None:
+    weights, expected = weights_of(checkpoint_dir), weights_of(expected_dir)
+    assert weights.keys() == expected.keys()
+    for name, tensor in weights.items():
+        assert torch.equal(tensor, expected[name]), name
+
+
 def test_resume_is_bit_exact_and_a_killed_worker_raises(ddp_run, tiny_model_path, tmp_path):
-    group = TrainGroup(tiny_model_path, trainer(2), SimpleNamespace(), seed=0)
+    group = TrainGroup(tiny_model_path, trainer(2), SimpleNamespace(), seed=0, spares=True)
+    assert group.pids == [ray_pid(worker) for worker in group.workers]
+    assert group.spares == []  # started by the driver once a step is done
     group.load_checkpoint(ddp_run.root / "step2")
     assert group.step == 2
     group.train_step(BATCHES[2])
     group.save_checkpoint(tmp_path / "resumed")
 
-    uninterrupted, resumed = weights_of(ddp_run.root / "step3"), weights_of(tmp_path / "resumed")
-    assert resumed.keys() == uninterrupted.keys()
-    for name, tensor in resumed.items():
-        assert torch.equal(tensor, uninterrupted[name]), name
+    assert_same_weights(tmp_path / "resumed", ddp_run.root / "step3")
     optimizer_a = torch.load(ddp_run.root / "step3" / "optimizer.pt")
     optimizer_b = torch.load(tmp_path / "resumed" / "optimizer.pt")
     for name, state in optimizer_b["state"].items():
         for key, value in state.items():
             assert torch.equal(value, optimizer_a["state"][name][key]), (name, key)
+
+    group.start_spares()
 
     # Rank 1 crashes; rank 0 enters the step and blocks in a collective waiting for it.
     pid = ray_pid(group.workers[1])
@@ -119,6 +129,43 @@ def test_resume_is_bit_exact_and_a_killed_worker_raises(ddp_run, tiny_model_path
         group.train_step(BATCHES[0])
     with pytest.raises(TrainerError, match="unusable"):
         group.compute_logprobs(BATCHES[0])
+
+    # The group that replaces it runs in the spares, started before the death, and resumes as exactly.
+    spares = group.take_spares()
+    spare_pids = [ray_pid(spare) for spare in spares]
+    assert set(spare_pids).isdisjoint(group.pids) and len(spare_pids) == 2
+    replacement = TrainGroup(tiny_model_path, trainer(2), SimpleNamespace(), seed=0, spares=True, adopt=spares)
+    assert replacement.pids == spare_pids
+    replacement.load_checkpoint(ddp_run.root / "step2")
+    replacement.train_step(BATCHES[2])
+    replacement.save_checkpoint(tmp_path / "from_spares")
+    assert_same_weights(tmp_path / "from_spares", ddp_run.root / "step3")
+    replacement.start_spares()
+    next_spares = [ray_pid(spare) for spare in replacement.spares]
+    replacement.shutdown()
+    assert running_after([*spare_pids, *next_spares], wait_s=10) == []
+
+
+def test_a_spare_that_died_is_replaced_by_a_new_process(tiny_model_path):
+    group = TrainGroup(tiny_model_path, trainer(2), SimpleNamespace(), seed=0, spares=True)
+    group.start_spares()
+    spares = group.take_spares()
+    group.shutdown()
+    os.kill(ray_pid(spares[1]), signal.SIGKILL)
+    replacement = TrainGroup(tiny_model_path, trainer(2), SimpleNamespace(), seed=0, adopt=spares)
+    assert replacement.spares == []
+    assert replacement.train_step(BATCHES[0])["train/tokens"] == sum(len(s.response_ids) for s in BATCHES[0])
+    replacement.shutdown()
+
+
+def running_after(pids: list[int], wait_s: float) -> list[int]:
+    """Those of `pids` still running (not exited, nor a zombie) after up to `wait_s`: ray.kill returns at once."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        running = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        if not running or time.monotonic() > deadline:
+            return running
+        time.sleep(0.1)
 
 
 def ray_pid(actor) -> int:

@@ -100,6 +100,18 @@ def test_checkpoint_retention_settings_are_refused_by_name(overrides, message):
         compose_config(*overrides)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["run.max_restarts=0"], "run.spare_trainer=true keeps processes for trainer restarts, but run.max_restarts=0"),
+        (["roles.trainer.gpus=1"], r"run.spare_trainer=true needs trainer ranks on CPUs, not roles.trainer.gpus=1"),
+    ],
+)
+def test_spare_trainer_processes_are_refused_where_they_could_not_be_adopted(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        compose_config("run.spare_trainer=true", *overrides)
+
+
 def test_checkpoint_retention_composes():
     cfg = compose_config("run.keep_checkpoints=2", "run.save_every=5", "run.keep_every=20")
     assert (cfg.run.keep_checkpoints, cfg.run.keep_every) == (2, 20)
