@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import dataclasses
 import math
 import random
 import statistics
@@ -33,8 +34,11 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from loongsage.bench.repeat import add_repeats_argument, interleaved, pair_ratios, ratio_line, runs_note
+from loongsage.bench.roofline import GemmBound, decode_steps_by_rows
 from loongsage.inference.client import EngineClient
 from loongsage.inference.embedded.engine import Engine
+from loongsage.inference.embedded.llama import ModelConfig
+from loongsage.inference.embedded.scheduler import decode_width
 from loongsage.inference.embedded.server import EmbeddedServer
 from loongsage.models import load_tokenizer, resolve_model_path
 
@@ -95,10 +99,40 @@ def main(argv: list[str]) -> int:
     finally:
         engine.close()
 
-    _report("embedded engine", engine_runs)
+    _report("embedded engine", [(t, s) for t, s, _ in engine_runs])
     _report("transformers", hf_runs)
-    print(ratio_line("engine / transformers tokens/s", pair_ratios([t / s for t, s in engine_runs], [t / s for t, s in hf_runs])))
+    ratios = pair_ratios([t / s for t, s, _ in engine_runs], [t / s for t, s in hf_runs])
+    print(ratio_line("engine / transformers tokens/s", ratios))
+    model_cfg = ModelConfig.from_dir(model_path)
+    if model_cfg.moe is None:
+        _report_bound(GemmBound(model_cfg), prompts, lengths, engine_runs)
+    else:  # which experts a token meets is the router's choice: no fixed matmul shapes to time
+        print(f"bound: not measured for {model_cfg.architecture}, a mixture of experts (bench/roofline.py times dense models)")
     return 0
+
+
+def _report_bound(bound: GemmBound, prompts: list[list[int]], lengths: list[int], engine_runs) -> None:
+    """The engine's seconds in each phase (medians over its passes) against the bound's."""
+    prefill = bound.prefill(sum(len(p) for p in prompts))
+    decode = bound.decode(decode_steps_by_rows(lengths), list(range(1, decode_width(len(prompts)) + 1)))
+    in_prefill = statistics.median(phases["prefill_s"] for _, _, phases in engine_runs)
+    in_decode = statistics.median(phases["decode_s"] for _, _, phases in engine_runs)
+    wall = statistics.median(s for _, s, _ in engine_runs)
+    tokens = engine_runs[0][0]
+    print("bound: the model's weight matmuls alone, timed on this machine at this workload's shapes (bench/roofline.py)")
+    print(
+        f"  prefill: {prefill.rows} prompt tokens, bound {prefill.seconds:.2f} s ({prefill.gflops:.0f} GFLOP/s); "
+        f"engine {in_prefill:.2f} s admitting them = {prefill.seconds / in_prefill:.0%} of the bound"
+    )
+    print(
+        f"  decode:  {decode.rows} tokens in {max(lengths) - 1} steps of 1-{len(prompts)} rows, bound {decode.seconds:.2f} s "
+        f"({decode.gflops:.0f} GFLOP/s); engine {in_decode:.2f} s in decode steps = {decode.seconds / in_decode:.0%} of the bound"
+    )
+    both = prefill.seconds + decode.seconds
+    print(
+        f"  all:     bound {tokens / both:.1f} tokens/s; engine {tokens / wall:.1f} tokens/s = {both / wall:.0%} of it "
+        f"(its wall time includes HTTP and the scheduler's waits)"
+    )
 
 
 def _report(name: str, runs: list[tuple[int, float]]) -> None:
@@ -140,7 +174,8 @@ class _EngineSide:
     def __init__(self, model_path, prompts: list[list[int]], lengths: list[int], args):
         self.prompts, self.lengths = prompts, lengths
         cfg = {"max_running": len(prompts), "max_context": 2048, "seed": args.seed, "num_threads": args.threads or None}
-        self.server = EmbeddedServer(Engine(model_path, cfg))
+        self.engine = Engine(model_path, cfg)
+        self.server = EmbeddedServer(self.engine)
         self.client = EngineClient(self.server.start())
         self.params = {"temperature": 1.0, "top_p": 1.0, "ignore_eos": True}
         try:
@@ -149,12 +184,16 @@ class _EngineSide:
             self.close()
             raise
 
-    def run(self) -> tuple[int, float]:
+    def run(self) -> tuple[int, float, dict[str, float]]:
+        """(tokens, seconds, the scheduler's seconds in prefill_s and decode_s during the pass)."""
         self.client.flush_cache()
+        before = dataclasses.replace(self.engine.scheduler.stats)
         start = time.perf_counter()
         outputs = asyncio.run(self._all(self.prompts, self.lengths))
         elapsed = time.perf_counter() - start
-        return sum(len(o["output_ids"]) for o in outputs), elapsed
+        after = self.engine.scheduler.stats
+        phases = {phase: getattr(after, phase) - getattr(before, phase) for phase in ("prefill_s", "decode_s")}
+        return sum(len(o["output_ids"]) for o in outputs), elapsed, phases
 
     async def _all(self, batch: list[list[int]], batch_lengths: list[int]):
         return await asyncio.gather(

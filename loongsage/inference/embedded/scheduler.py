@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -65,6 +66,10 @@ class SchedulerStats:
     decode_steps: int = 0
     decoded_tokens: int = 0
     max_batch_size: int = 0
+    # Wall seconds of the scheduler thread in admissions (prefill and first tokens) and in decode
+    # steps (`bench engine` sets them against this machine's bound).
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
 
 
 class Scheduler:
@@ -172,12 +177,16 @@ class Scheduler:
             with self._cond:
                 admitted = self._take_waiting()
             if admitted:
+                started = time.perf_counter()
                 self._admit(admitted)
+                self.stats.prefill_s += time.perf_counter() - started
             if self.running and not self.paused:
+                started = time.perf_counter()
                 try:
                     self._decode_step()
                 except Exception as exc:
                     self._fail(list(self.running), exc)
+                self.stats.decode_s += time.perf_counter() - started
         self._shutdown()
 
     def _fail(self, seqs: list[Sequence], exc: Exception) -> None:

@@ -6,12 +6,16 @@ are told apart by their group_id."""
 from __future__ import annotations
 
 import json
+import os
 
 
 class ShardRecorder:
     def __init__(self, model_path, trainer, algo, seed, rank, cpus=None):
         self.rank, self.answer = rank, json.loads(model_path)[rank]
         self.seen: list[int] = []
+
+    def pid(self):
+        return os.getpid()
 
     def rendezvous_address(self):
         return "127.0.0.1", 0

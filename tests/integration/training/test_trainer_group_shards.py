@@ -69,13 +69,13 @@ def test_shards_split_by_the_data_parallel_size_named_in_the_message(ray_runtime
 
 def test_answers_that_leave_a_shard_untrained_end_the_group(ray_runtime, monkeypatch):
     killed = []
-    shutdown = TrainGroup.shutdown
+    end_ranks = TrainGroup._end_ranks
 
-    def recording_shutdown(self):
+    def recording_end_ranks(self):
         killed.extend(self.workers)
-        shutdown(self)
+        end_ranks(self)
 
-    monkeypatch.setattr(TrainGroup, "shutdown", recording_shutdown)
+    monkeypatch.setattr(TrainGroup, "_end_ranks", recording_end_ranks)
     with pytest.raises(TrainerError, match=r"data_rank\(\) answers, by rank, are \[0, 0, 0, 1\]; with trainer.megatron.dp=2"):
         megatron_group(monkeypatch, [0, 0, 0, 1], tp=2, dp=2)
-    assert len(killed) == 4  # the group shut all its workers down
+    assert len(killed) == 4  # the group ended all its workers
