@@ -38,7 +38,7 @@ from loongsage.bench.roofline import GemmBound, decode_steps_by_rows
 from loongsage.inference.client import EngineClient
 from loongsage.inference.embedded.engine import Engine
 from loongsage.inference.embedded.llama import ModelConfig
-from loongsage.inference.embedded.scheduler import decode_width
+from loongsage.inference.embedded.scheduler import cache_slots
 from loongsage.inference.embedded.server import EmbeddedServer
 from loongsage.models import load_tokenizer, resolve_model_path
 
@@ -114,7 +114,7 @@ def main(argv: list[str]) -> int:
 def _report_bound(bound: GemmBound, prompts: list[list[int]], lengths: list[int], engine_runs) -> None:
     """The engine's seconds in each phase (medians over its passes) against the bound's."""
     prefill = bound.prefill(sum(len(p) for p in prompts))
-    decode = bound.decode(decode_steps_by_rows(lengths), list(range(1, decode_width(len(prompts)) + 1)))
+    decode = bound.decode(decode_steps_by_rows(lengths), list(range(1, cache_slots(len(prompts)) + 1)))
     in_prefill = statistics.median(phases["prefill_s"] for _, _, phases in engine_runs)
     in_decode = statistics.median(phases["decode_s"] for _, _, phases in engine_runs)
     wall = statistics.median(s for _, s, _ in engine_runs)

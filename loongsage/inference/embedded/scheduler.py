@@ -40,14 +40,22 @@ PREFILL_TOKENS = 4096
 MIN_SHARED_PREFIX = 8
 
 
-def decode_width(rows: int) -> int:
-    """How many cache slots a decode step over `rows` sequences runs: MKL's skinny matmuls are
-    much faster at widths that fill its 8-wide AVX2 kernels, so up to 7 idle slots ride along.
-    Measured per SmolLM2-135M step on 2 cores: 15 rows 201 ms vs 16 rows 128 ms; 31 rows 246 ms
-    vs 32 rows 173 ms; 47 rows 321 ms vs 48 rows 247 ms."""
-    if rows <= 2:
+def cache_slots(max_running: int) -> int:
+    """KV cache slots for `max_running` sequences: room for the widest decode step over them."""
+    if max_running <= 2:
+        return max_running
+    return 4 if max_running <= 4 else -(-max_running // 8) * 8
+
+
+def decode_width(rows: int, slots: int) -> int:
+    """How many cache slots a decode step over `rows` sequences runs (at most `slots`): MKL's
+    skinny matmuls are much faster at some widths than at fewer rows, so idle slots ride along.
+    SmolLM2-135M's weight matmuls per step on 2 cores (bench/roofline.py): 1 row 46 ms, 2-15 rows
+    72-124 ms, 16 rows 56 ms, 17-23 rows 74-112 ms, 24 rows 77 ms, 32 rows 79 ms. One row keeps
+    its own fast path; 2-16 rows run 16 wide; beyond, multiples of 8."""
+    if rows <= 1:
         return rows
-    return 4 if rows <= 4 else -(-rows // 8) * 8
+    return min(slots, 16 if rows <= 16 else -(-rows // 8) * 8)
 
 
 # SGLang's abort finish_reason carries status_code and err_type (null for these aborts).
@@ -86,7 +94,7 @@ class Scheduler:
         dtype = next(model.parameters()).dtype
         self.model = model
         self.max_running = max_running
-        self.cache = KVCache(cfg.num_layers, decode_width(max_running), cfg.num_kv_heads, cfg.head_dim, max_context, dtype)
+        self.cache = KVCache(cfg.num_layers, cache_slots(max_running), cfg.num_kv_heads, cfg.head_dim, max_context, dtype)
         self.prompts = PromptCache(prompt_cache_size)
         self.decode_text = decode
         self.rng = torch.Generator().manual_seed(seed)
@@ -371,7 +379,7 @@ class Scheduler:
         running = self.running
         # The padding rows decode token 0 at position 0 of free slots: admission overwrites those
         # cache rows before any sequence reads them.
-        idle = decode_width(len(running)) - len(running)
+        idle = decode_width(len(running), self.cache.shape[1]) - len(running)
         ids = torch.tensor([s.output_ids[-1] for s in running] + [0] * idle)
         positions = torch.tensor([s.cached_length for s in running] + [0] * idle)
         self.cache.ensure(int(positions.max()) + 1)
