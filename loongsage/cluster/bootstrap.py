@@ -43,6 +43,8 @@ NODE_PORTS = 6  # a non-head Ray node's own named ports: node manager ... runtim
 RAY_REWRITTEN = "127.0.0.1"
 
 log = logging.getLogger(__name__)
+# How long a start waits for its job's Ray ports to free (Ray drains up to 30 s after SIGTERM).
+PORTS_FREE_WAIT_S = 45.0
 
 
 @dataclass(frozen=True)
@@ -367,6 +369,20 @@ class RayCluster:
         _forget_address(self.address)
 
 
+def _wait_for_free_ports(ports: RayPorts, job_id: str) -> list[int]:
+    """The ports still busy after up to PORTS_FREE_WAIT_S. A requeued job keeps its id, so its
+    ports, and may start on the same node while the run before it is still ending: Ray drains
+    for seconds after Slurm's SIGTERM."""
+    deadline = time.monotonic() + PORTS_FREE_WAIT_S
+    busy = busy_ports(ports)
+    if busy:
+        log.info("Ray ports %s of job %s are in use; waiting up to %.0f s for them to free", busy, job_id, PORTS_FREE_WAIT_S)
+    while busy and time.monotonic() < deadline:
+        time.sleep(0.5)
+        busy = busy_ports(ports)
+    return busy
+
+
 def start_ray(
     allocation: Allocation, timeout_s: float = 300.0, ray_cmd: str | None = None, container: ContainerConfig | None = None
 ) -> RayCluster:
@@ -384,11 +400,11 @@ def start_ray(
     where = slurm_nodes(allocation.nodes)
     slots = port_slots(allocation.nodes, where)
     ports = ray_ports(allocation.job_id, *slots[allocation.head])
-    busy = busy_ports(ports)
+    busy = _wait_for_free_ports(ports, allocation.job_id)
     if busy:
         raise RuntimeError(
-            f"Ray ports {busy} of job {allocation.job_id} are in use on {socket.gethostname()}; "
-            f"is another Ray running here? (`ray stop`)"
+            f"Ray ports {busy} of job {allocation.job_id} are still in use on {socket.gethostname()} after "
+            f"{PORTS_FREE_WAIT_S:.0f} s; is another Ray running here? (`ray stop`)"
         )
     ips = {node: node_ip(where[node].addr) if node in where else None for node in allocation.nodes}
     head_ip = ips[allocation.head] or routable_ip()

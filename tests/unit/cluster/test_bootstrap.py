@@ -4,8 +4,10 @@ real inside a Slurm job in tests/slurm)."""
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -251,3 +253,21 @@ def test_a_worker_srun_that_exits_is_started_once_more_then_fails_the_wait(monke
         bootstrap.wait_for_nodes(cluster, timeout_s=60)
     assert len(cluster.processes) == 2
     assert "starting it once more" in caplog.text
+
+
+def test_a_start_waits_for_its_job_ports_held_by_the_run_before_a_requeue(monkeypatch):
+    """A requeued job keeps its id, so its ports; the run before it may still be ending on the node."""
+    ports = ray_ports("4242")
+    held = socket.socket()
+    held.bind(("127.0.0.1", ports.gcs))
+    held.listen()
+    threading.Timer(1.0, held.close).start()
+    started = time.monotonic()
+    assert bootstrap._wait_for_free_ports(ports, "4242") == []
+    assert time.monotonic() - started >= 0.9
+
+    monkeypatch.setattr(bootstrap, "PORTS_FREE_WAIT_S", 0.3)
+    with socket.socket() as still_held:
+        still_held.bind(("127.0.0.1", ports.gcs))
+        still_held.listen()
+        assert bootstrap._wait_for_free_ports(ports, "4242") == [ports.gcs]
