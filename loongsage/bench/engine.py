@@ -34,7 +34,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from loongsage.bench.repeat import add_repeats_argument, interleaved, pair_ratios, ratio_line, runs_note
-from loongsage.bench.roofline import GemmBound, decode_steps_by_rows
+from loongsage.bench.roofline import GemmBound, decode_steps_by_rows, distinct_prompt_tokens
 from loongsage.inference.client import EngineClient
 from loongsage.inference.embedded.engine import Engine
 from loongsage.inference.embedded.llama import ModelConfig
@@ -113,7 +113,7 @@ def main(argv: list[str]) -> int:
 
 def _report_bound(bound: GemmBound, prompts: list[list[int]], lengths: list[int], engine_runs) -> None:
     """The engine's seconds in each phase (medians over its passes) against the bound's."""
-    prefill = bound.prefill(sum(len(p) for p in prompts))
+    prefill = bound.prefill(distinct_prompt_tokens(prompts))
     decode = bound.decode(decode_steps_by_rows(lengths), list(range(1, cache_slots(len(prompts)) + 1)))
     in_prefill = statistics.median(phases["prefill_s"] for _, _, phases in engine_runs)
     in_decode = statistics.median(phases["decode_s"] for _, _, phases in engine_runs)
@@ -121,7 +121,8 @@ def _report_bound(bound: GemmBound, prompts: list[list[int]], lengths: list[int]
     tokens = engine_runs[0][0]
     print("bound: the model's weight matmuls alone, timed on this machine at this workload's shapes (bench/roofline.py)")
     print(
-        f"  prefill: {prefill.rows} prompt tokens, bound {prefill.seconds:.2f} s ({prefill.gflops:.0f} GFLOP/s); "
+        f"  prefill: {prefill.rows} prompt tokens (of {sum(len(p) for p in prompts)}, their common prefix once), "
+        f"bound {prefill.seconds:.2f} s ({prefill.gflops:.0f} GFLOP/s); "
         f"engine {in_prefill:.2f} s admitting them = {prefill.seconds / in_prefill:.0%} of the bound"
     )
     print(

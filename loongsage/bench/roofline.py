@@ -7,7 +7,8 @@ exactly those matmuls, at the workload's own shapes, in the engine's orientation
 streams them all from memory, as the engine's does), and takes nothing else: an engine at 100%
 would spend no time on attention over the KV cache, norms, RoPE, sampling or Python.
 
-Prefill is one pass over all the prompts' tokens as rows. Decode is one pass per step at that
+Prefill is one pass over the prompts' distinct tokens as rows (their common prefix counted once,
+as the engine's prefix cache computes it). Decode is one pass per step at that
 step's rows, at the fastest width the engine could pad them to (`scheduler.decode_width`
 pads for the same reason: MKL's skinny kernels are faster at some widths than at fewer rows).
 """
@@ -102,3 +103,12 @@ def decode_steps_by_rows(lengths: list[int]) -> dict[int, int]:
         rows = sum(1 for length in lengths if length > step)
         steps[rows] = steps.get(rows, 0) + 1
     return steps
+
+
+def distinct_prompt_tokens(prompts: list[list[int]]) -> int:
+    """The prompt tokens a prefill must compute at least: the prompts' common prefix once (the
+    engine's prefix cache computes it once), and each prompt's rest."""
+    common = 0
+    while common < min(len(p) for p in prompts) and len({p[common] for p in prompts}) == 1:
+        common += 1
+    return common + sum(len(p) - common for p in prompts)

@@ -23,7 +23,11 @@ def test_the_engine_is_set_against_the_bound_of_its_prefill_and_its_decode_apart
     out = bench("tiny")
     tokens = int(re.search(r"output tokens=(\d+)", out).group(1))
     assert re.search(rf"^embedded engine : +{tokens} tokens", out, re.M) and "ratio (engine / transformers tokens/s)" in out, out
-    prefill = re.search(r"^  prefill: (\d+) prompt tokens, bound ([\d.]+) s .* = (\d+)% of the bound$", out, re.M)
+    prefill = re.search(
+        r"^  prefill: (\d+) prompt tokens \(of \d+, their common prefix once\), bound ([\d.]+) s .* = (\d+)% of the bound$",
+        out,
+        re.M,
+    )
     decode_line = r"^  decode: +(\d+) tokens in (\d+) steps of 1-4 rows, bound ([\d.]+) s .* = (\d+)% of the bound$"
     decode = re.search(decode_line, out, re.M)
     assert prefill and decode, out

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from loongsage.bench.roofline import GemmBound, decode_steps_by_rows, weight_matmuls
+from loongsage.bench.roofline import GemmBound, decode_steps_by_rows, distinct_prompt_tokens, weight_matmuls
 from loongsage.inference.embedded.llama import ModelConfig
 from loongsage.inference.embedded.weights import load_model
 from loongsage.models import resolve_model_path
@@ -50,3 +50,8 @@ def test_each_decode_step_is_timed_at_the_fastest_width_that_holds_its_rows(tiny
 def test_measured_passes_take_longer_for_more_rows(tiny_model_path):
     bound = GemmBound(ModelConfig.from_dir(tiny_model_path), repeats=3)
     assert bound.prefill(2048).seconds > bound.forward_seconds(1) > 0
+
+
+def test_a_prefill_computes_the_prompts_common_prefix_once():
+    assert distinct_prompt_tokens([[1, 2, 3, 4], [1, 2, 5], [1, 2]]) == 2 + 2 + 1 + 0
+    assert distinct_prompt_tokens([[7, 1], [8, 1]]) == 4
