@@ -135,7 +135,8 @@ class Controller:
                     monitor.log(self.step, metrics, samples)
                     if self.step % self.cfg.run.save_every == 0 or self.step == self.cfg.run.steps:
                         self._save()
-                    self.trainer.start_spares()  # run.spare_trainer; off the start's and a restart's path
+                    if self.step < self.cfg.run.steps:  # run.spare_trainer; off the start's and a restart's path
+                        self.trainer.start_spares()
                 except TrainerError as error:
                     monitor.close()
                     self._restart_trainer(error)

@@ -68,6 +68,7 @@ class TrainGroup:
             raise ValueError("TrainGroup spares are for CPU ranks: a spare cannot hold its seat's GPU while its rank lives")
         self._rank_args, self._ray_options, self._cpus = (str(model_path), seed), ray_options, cpus
         self.spares: list = []
+        self._wants_spares = spares
         self.workers = self._spares_alive(adopt) if adopt else self._start_ranks()
         (address,) = self._gather("rendezvous_address", [self.workers[0].rendezvous_address.remote()])
         self._call_all("setup", *address)
@@ -77,7 +78,6 @@ class TrainGroup:
         # once a push has gathered the weights.
         self.weight_sources = {rank: host for rank, host in enumerate(self._call_all("weight_source")) if host}
         self.weight_plan: Plan | None = None
-        self._wants_spares = spares
 
     def start_spares(self) -> None:
         """Starts the spare processes asked for (`spares`), unless they are running. Called by the

@@ -15,7 +15,6 @@ import torch.distributed as dist
 from loongsage.cluster.cpu_placement import pin_this_process
 from loongsage.cluster.hosts import this_host
 from loongsage.failpoints import dying_after_first
-from loongsage.models import import_causal_lm_code
 from loongsage.transfer.endpoints import source_name
 from loongsage.transfer.routes import Plan
 from loongsage.transfer.source_routes import SourceReport, send_routes
@@ -88,8 +87,8 @@ class TrainRank:
         seed_everything(seed + rank)
 
     def warm_up(self) -> None:
-        """What a spare process does ahead of its adoption: import what `setup` will need."""
-        import_causal_lm_code(self.model_path)
+        """What a spare process does ahead of its adoption: import what `setup` will need beyond
+        the backend's own modules, which came with its class. Nothing, unless a backend says."""
 
     def pid(self) -> int:
         """This rank's process (the controller logs it: a rank to attach a profiler to, or to kill)."""

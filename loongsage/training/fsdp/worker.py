@@ -18,7 +18,7 @@ from loongsage.algorithms.critic import reads_critic
 from loongsage.algorithms.losses import token_logprobs
 from loongsage.cluster.hosts import ray_gpu_ids
 from loongsage.failpoints import die_here_if_asked
-from loongsage.models import hf_config, is_mixture_of_experts, load_causal_lm
+from loongsage.models import hf_config, import_causal_lm_code, is_mixture_of_experts, load_causal_lm
 from loongsage.sample import Sample
 from loongsage.training.batch import PackedBatch, pack_samples, split_even, split_micro_batches
 from loongsage.training.checkpoint_dir import CRITIC_DIR
@@ -53,6 +53,10 @@ class TrainWorker(TrainRank):
     def gpu_ids(self) -> list:
         """The GPU ids Ray gave this rank (diagnostics: did placement put it on its seat)."""
         return ray_gpu_ids()
+
+    def warm_up(self) -> None:
+        """transformers' model code, which `load_causal_lm` would import on its first call."""
+        import_causal_lm_code(self.model_path)
 
     def setup(self, master_addr: str, master_port: int) -> None:
         experts = is_mixture_of_experts(self.model_path)
