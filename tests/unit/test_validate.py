@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import json
+import math
+import random
 import subprocess
 import sys
 
@@ -7,7 +10,7 @@ import pytest
 import yaml
 
 from tests.paths import REPO_ROOT
-from validate.band import compare, make_band, moving_average
+from validate.band import compare, judge_checks, make_band, moving_average, seed_variance
 
 
 def test_moving_average_is_trailing():
@@ -15,47 +18,65 @@ def test_moving_average_is_trailing():
 
 
 def test_band_is_symmetric_and_narrows_with_more_samples():
-    center, low, high = make_band([[0.5] * 6], samples_per_step=16, window=3, z=3.0, floor=0.0)
-    assert center == [0.5] * 6
-    # 3 * sqrt(0.25 / 16) = 0.375 at step 1; 3 * sqrt(0.25 / 48) = 0.2165 once the window is full.
-    assert high[0] - 0.5 == pytest.approx(0.375)
-    assert high[5] - 0.5 == pytest.approx(0.21651, abs=1e-4)
-    assert all(abs((h - c) - (c - lo)) < 1e-12 for c, lo, h in zip(center, low, high))
+    band = make_band([[0.5] * 6], samples_per_step=16, window=3, z=3.0)
+    assert band["center"] == [0.5] * 6
+    # One run: 3 * sqrt(1 + 1/1) * sqrt(0.25 / 16) at step 1; the window holds 48 samples from step 3.
+    assert band["high"][0] - 0.5 == pytest.approx(3 * math.sqrt(2) * math.sqrt(0.25 / 16))
+    assert band["high"][5] - 0.5 == pytest.approx(3 * math.sqrt(2) * math.sqrt(0.25 / 48))
+    assert all(abs((h - c) - (c - lo)) < 1e-12 for c, lo, h in zip(band["center"], band["low"], band["high"]))
+    # The level is the mean over all 6 steps' 96 samples.
+    assert band["level"]["high"] - 0.5 == pytest.approx(3 * math.sqrt(2) * math.sqrt(0.25 / 96))
 
 
-def reference(rewards):
-    center, low, high = make_band([rewards], samples_per_step=64, window=5, z=3.0, floor=0.05)
-    steps = list(range(1, len(rewards) + 1))
-    return {
-        "recipe": "r",
-        "tag": "rollout/reward_mean",
-        "steps": steps,
-        "window": 5,
-        "min_inside_frac": 0.9,
-        "center": center,
-        "low": low,
-        "high": high,
-    }
+def reference(runs, samples_per_step=64):
+    steps = list(range(1, len(runs[0]) + 1))
+    band = make_band(runs, samples_per_step=samples_per_step, window=5, z=3.0)
+    return {"recipe": "r", "tag": "rollout/reward_mean", "steps": steps, "window": 5, "min_inside_frac": 0.9, **band}
 
 
-def test_band_widens_by_the_spread_between_recorded_seeds():
-    one = make_band([[0.2] * 5], samples_per_step=64, window=5, z=0.0, floor=0.0)
-    two = make_band([[0.2] * 5, [0.6] * 5], samples_per_step=64, window=5, z=0.0, floor=0.0)
-    assert one[1] == pytest.approx([0.2] * 5) and one[2] == pytest.approx([0.2] * 5)  # z=0, floor=0: the band is the curve
-    assert two[0] == pytest.approx([0.4] * 5)
-    assert two[1] == pytest.approx([0.2] * 5) and two[2] == pytest.approx([0.6] * 5)
+def bernoulli_runs(rates, samples_per_step, seeds):
+    """Per-step means of `samples_per_step` 0/1 rewards at each step's rate, one run per seed."""
+    runs = []
+    for seed in seeds:
+        rng = random.Random(seed)
+        runs.append([sum(rng.random() < rate for _ in range(samples_per_step)) / samples_per_step for rate in rates])
+    return runs
+
+
+def test_seeds_that_differ_only_by_sampling_add_no_seed_variance():
+    runs = bernoulli_runs([0.3] * 200, samples_per_step=32, seeds=range(10))
+    one_step_of_sampling = 0.3 * 0.7 / (32 * 5)
+    assert seed_variance(runs, samples_per_step=32, window=5) < 0.2 * one_step_of_sampling
+
+
+def test_seeds_that_learn_apart_widen_the_band_by_their_spread():
+    slow, fast = [0.2 + 0.01 * i for i in range(20)], [0.2 + 0.03 * i for i in range(20)]
+    alike = make_band([slow, slow, slow], samples_per_step=64, window=5, z=3.0)
+    apart = make_band([slow, fast, slow], samples_per_step=64, window=5, z=3.0)
+    assert alike["seed_variance"] == 0.0 and apart["seed_variance"] > 0.0
+    assert all(a - b > 0.02 for a, b in zip(apart["high"][5:], alike["high"][5:]))
 
 
 def test_compare_passes_a_nearby_run_and_fails_a_flat_one():
     rising = [0.1 + 0.02 * i for i in range(30)]
-    ref = reference(rising)
+    ref = reference([rising])
     assert compare({s: r + 0.01 for s, r in zip(ref["steps"], rising)}, ref)["passed"]
     flat = compare({s: 0.1 for s in ref["steps"]}, ref)
     assert not flat["passed"] and flat["outside_steps"]
 
 
+def test_a_run_that_never_solves_anything_fails_a_low_rate_recipe_on_its_level():
+    # blackbox_swe's shape: 16 samples per step, 8 steps, a solve rate of 1 in 8. At each step the
+    # curve's band reaches below 0, so only the mean over all 128 samples tells 0.125 from 0.
+    ref = reference([[0.125] * 8] * 3, samples_per_step=16)
+    never = compare({s: 0.0 for s in ref["steps"]}, ref)
+    assert never["inside_frac"] == 1.0 and not never["level_inside"] and not never["passed"]
+    ordinary = compare({s: [0.0625, 0.1875][s % 2] for s in ref["steps"]}, ref)
+    assert ordinary["passed"], ordinary
+
+
 def test_missing_steps_fail():
-    ref = reference([0.3] * 10)
+    ref = reference([[0.3] * 10])
     result = compare({s: 0.3 for s in range(1, 8)}, ref)
     assert result["missing_steps"] == [8, 9, 10] and not result["passed"]
 
@@ -96,14 +117,42 @@ def test_cli_records_then_checks_real_tensorboard_files(tmp_path):
     assert (tmp_path / "bad" / "validate.png").exists()
 
 
+def test_cli_adds_seeds_to_a_band_and_judges_its_kept_checks_again(tmp_path, capsys):
+    import validate.__main__ as cli
+
+    rising = [0.1 + 0.03 * i for i in range(20)]
+    for seed, shift in enumerate([0.0, 0.02, -0.02, 0.01]):
+        write_run(tmp_path / f"seed{seed}", [r + shift for r in rising])
+    write_run(tmp_path / "weak", [0.1 + 0.01 * i for i in range(20)])
+    ref_file = str(tmp_path / "toy.json")
+    assert cli.main([str(tmp_path / "seed0"), "--record", "--add", "--reference", ref_file]) == 2
+    assert "--add: " in capsys.readouterr().err  # nothing to add to yet
+    assert cli.main([str(tmp_path / "seed0"), "--record", "--reference", ref_file, "--command", "seed 0"]) == 0
+    assert "record at least 3" in capsys.readouterr().out
+
+    seeds = [str(tmp_path / "seed1"), str(tmp_path / "seed2")]
+    assert cli.main([*seeds, "--record", "--add", "--reference", ref_file, "--command", "seeds 1 2"]) == 0
+    assert "each run against the band of the others: 3 of 3 pass" in capsys.readouterr().out
+    assert cli.main([str(tmp_path / "weak"), "--reference", ref_file, "--keep-as", "weak", "--command", "half lr"]) == 1
+    assert "kept as a check that must fail" in capsys.readouterr().out
+    assert cli.main([str(tmp_path / "seed3"), "--reference", ref_file, "--keep-as", "ordinary", "--command", "seed 3"]) == 0
+
+    capsys.readouterr()
+    assert cli.main([str(tmp_path / "seed3"), "--record", "--add", "--reference", ref_file, "--command", "seed 3"]) == 0
+    out = capsys.readouterr().out
+    assert "kept weak run (half lr): FAIL" in out and "kept ordinary run (seed 3): PASS" in out
+    reference = json.loads((tmp_path / "toy.json").read_text())
+    assert reference["runs"] == 4 and reference["command"] == "seed 0 ; seeds 1 2 ; seed 3"
+    assert [check["kind"] for check in reference["checks"]] == ["weak", "ordinary"]
+    assert (tmp_path / "toy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_cli_names_a_dir_that_is_not_a_run(tmp_path):
     result = run_validate(tmp_path)
     assert result.returncode == 2 and "config.yaml" in result.stderr
 
 
 def test_a_run_with_another_model_than_the_recipes_has_its_own_reference(tmp_path, monkeypatch):
-    import json
-
     import validate.__main__ as cli
 
     monkeypatch.setattr(cli, "REFERENCES", tmp_path)
@@ -114,8 +163,6 @@ def test_a_run_with_another_model_than_the_recipes_has_its_own_reference(tmp_pat
 
 
 def test_a_run_with_another_algorithm_has_its_own_reference(tmp_path, monkeypatch):
-    import json
-
     import validate.__main__ as cli
 
     monkeypatch.setattr(cli, "REFERENCES", tmp_path)
@@ -132,8 +179,6 @@ def test_a_run_with_another_algorithm_has_its_own_reference(tmp_path, monkeypatc
 
 
 def test_recording_over_another_algorithms_band_is_refused(tmp_path, monkeypatch, capsys):
-    import json
-
     import validate.__main__ as cli
 
     monkeypatch.setattr(cli, "REFERENCES", tmp_path / "references")
@@ -148,3 +193,26 @@ def test_recording_over_another_algorithms_band_is_refused(tmp_path, monkeypatch
     assert cli.main([str(tmp_path / "run"), "--record", "--reference", str(named)]) == 0
     assert json.loads(named.read_text())["algorithm"] == {"policy_loss": "gspo"}
     assert cli.main([str(tmp_path / "run")]) == 0  # found by its algorithm, and inside its own band
+
+
+REFERENCES = sorted((REPO_ROOT / "validate" / "references").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", REFERENCES, ids=[path.stem for path in REFERENCES])
+def test_every_kept_check_gets_its_verdict_from_its_band(path):
+    reference = json.loads(path.read_text())
+    for check, result in judge_checks(reference):
+        must_pass = check["kind"] == "ordinary"
+        assert result["passed"] == must_pass, f"{path.name}: {check['kind']} run ({check['command']}): {result}"
+
+
+# The kinds of run each recipe's band was shown and kept. math_grpo keeps no weak run: at half
+# the learning rate it passes (README, "Reference bands").
+SHOWN = {"math_grpo": {"ordinary"}}
+
+
+@pytest.mark.parametrize("recipe", sorted(SHOWN))
+def test_a_recipes_band_comes_from_three_seeds_and_keeps_the_runs_it_was_shown(recipe):
+    reference = json.loads((REPO_ROOT / "validate" / "references" / f"{recipe}.json").read_text())
+    assert reference["runs"] >= 3
+    assert {check["kind"] for check in reference["checks"]} == SHOWN[recipe]
