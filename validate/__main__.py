@@ -30,7 +30,7 @@ REFERENCES = Path(__file__).parent / "references"
 TAG = "rollout/reward_mean"
 # What a kept check must do against its band: an ordinary run passes, a weak one fails.
 CHECK_KINDS = ("ordinary", "weak")
-WINDOW, Z = 5, 3.0
+WINDOW, Z, MIN_INSIDE_FRAC = 5, 3.0, 0.9
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,7 +176,7 @@ def _record(args, config: dict, runs: list[dict[int, float]]) -> int:
         "samples_per_step": samples_per_step,
         "window": WINDOW,
         "z": Z,
-        "min_inside_frac": 0.9,
+        "min_inside_frac": MIN_INSIDE_FRAC,
         "steps": steps,
         "runs": len(runs),
         "reward_mean": values,
@@ -210,7 +210,12 @@ def _leave_one_out(values: list[list[float]], samples_per_step: int, steps: list
     verdicts = []
     for i, own in enumerate(values):
         others = values[:i] + values[i + 1 :]
-        band = {"steps": steps, "window": WINDOW, "min_inside_frac": 0.9, **make_band(others, samples_per_step, WINDOW, Z)}
+        band = {
+            "steps": steps,
+            "window": WINDOW,
+            "min_inside_frac": MIN_INSIDE_FRAC,
+            **make_band(others, samples_per_step, WINDOW, Z),
+        }
         verdicts.append(compare(dict(zip(steps, own)), band)["passed"])
     return verdicts
 

@@ -138,7 +138,7 @@ def terminate_processes(processes: list[psutil.Process], wait_s: float = KILL_WA
             process.terminate()
         except psutil.Error:
             pass
-    kill_processes(_still_running(processes, wait_s), wait_s)
+    kill_processes(still_running(processes, wait_s), wait_s)
 
 
 def kill_processes(processes: list[psutil.Process], wait_s: float = KILL_WAIT_S) -> None:
@@ -148,10 +148,10 @@ def kill_processes(processes: list[psutil.Process], wait_s: float = KILL_WAIT_S)
             process.kill()
         except psutil.Error:
             pass
-    _still_running(processes, wait_s)
+    still_running(processes, wait_s)
 
 
-def _still_running(processes: list[psutil.Process], wait_s: float) -> list[psutil.Process]:
+def still_running(processes: list[psutil.Process], wait_s: float) -> list[psutil.Process]:
     """Those not exited within `wait_s`. A zombie has exited (it holds no port, file or memory):
     an orphan's reaper, PID 1, may leave it for a second or more, which psutil.wait_procs waits out."""
     deadline = time.monotonic() + wait_s

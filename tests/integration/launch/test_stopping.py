@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from loongsage.controller.stopping import still_running
 from tests.integration.launch.launch_support import TINY_RUN
 from tests.paths import REPO_ROOT
 
@@ -108,12 +109,7 @@ class Run:
 def assert_all_ended(processes: list[psutil.Process], wait_s: float = 10.0) -> None:
     """Every one of `processes` ends (a zombie has ended) within `wait_s` of the run's exit:
     what the run killed last may take a moment to go."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        alive = [p for p in processes if _running(p)]
-        if not alive or time.monotonic() > deadline:
-            break
-        time.sleep(0.2)
+    alive = still_running(processes, wait_s)
     described = [f"{p.pid} {' '.join(_cmdline(p))[:80]}" for p in alive]
     for process in alive:  # do not leave them to the next test
         try:
@@ -121,13 +117,6 @@ def assert_all_ended(processes: list[psutil.Process], wait_s: float = 10.0) -> N
         except psutil.Error:
             pass
     assert not described, f"outlived the run: {described}"
-
-
-def _running(process: psutil.Process) -> bool:
-    try:
-        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def _cmdline(process: psutil.Process) -> list[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from types import SimpleNamespace
 
 import psutil
@@ -13,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from loongsage.controller.stopping import still_running
 from loongsage.sample import Sample
 from loongsage.training import TrainerError, TrainGroup
 from tests.samples import random_samples as _random_samples
@@ -146,7 +146,7 @@ def test_resume_is_bit_exact_and_a_killed_worker_raises(ddp_run, tiny_model_path
     assert running_after([*spare_pids, *next_spares], wait_s=10) == []
 
 
-def test_a_spare_that_died_is_replaced_by_a_new_process(tiny_model_path):
+def test_a_spare_that_died_is_replaced_by_a_new_process(ray_runtime, tiny_model_path):
     group = TrainGroup(tiny_model_path, trainer(2), SimpleNamespace(), seed=0, spares=True)
     group.start_spares()
     spares = group.take_spares()
@@ -159,13 +159,14 @@ def test_a_spare_that_died_is_replaced_by_a_new_process(tiny_model_path):
 
 
 def running_after(pids: list[int], wait_s: float) -> list[int]:
-    """Those of `pids` still running (not exited, nor a zombie) after up to `wait_s`: ray.kill returns at once."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        running = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
-        if not running or time.monotonic() > deadline:
-            return running
-        time.sleep(0.1)
+    """Those of `pids` still running after up to `wait_s`: ray.kill returns at once."""
+    processes = []
+    for pid in pids:
+        try:
+            processes.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    return [process.pid for process in still_running(processes, wait_s)]
 
 
 def ray_pid(actor) -> int:
