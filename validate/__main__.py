@@ -158,16 +158,24 @@ def _record(args, config: dict, runs: list[dict[int, float]]) -> int:
         )
         return 2
     previous = json.loads(out.read_text()) if out.exists() else None
+    samples_per_step = config["rollout"]["prompts_per_step"] * config["rollout"]["group_size"]
     commands = [args.command]
     if args.add:
         if previous is None:
             print(f"validate: --add: {out} has no runs yet", file=sys.stderr)
             return 2
+        theirs = (previous["recipe"], previous["model"], previous["samples_per_step"])
+        if theirs != (config["run"]["name"], config["model"]["name"], samples_per_step):
+            print(
+                f"validate: --add: {out} is a band of recipe, model, samples per step {theirs}; "
+                f"{args.run_dir[0]} is a run of {(config['run']['name'], config['model']['name'], samples_per_step)}",
+                file=sys.stderr,
+            )
+            return 2
         runs = [dict(zip(previous["steps"], values)) for values in previous["reward_mean"]] + runs
         commands = [previous["command"], args.command]
     steps = sorted(set.intersection(*(set(run) for run in runs)))
     values = [[run[s] for s in steps] for run in runs]
-    samples_per_step = config["rollout"]["prompts_per_step"] * config["rollout"]["group_size"]
     reference = {
         "recipe": config["run"]["name"],
         "tag": TAG,

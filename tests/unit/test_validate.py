@@ -136,6 +136,12 @@ def test_cli_adds_seeds_to_a_band_and_judges_its_kept_checks_again(tmp_path, cap
     assert cli.main([str(tmp_path / "weak"), "--reference", ref_file, "--keep-as", "weak", "--command", "half lr"]) == 1
     assert "kept as a check that must fail" in capsys.readouterr().out
     assert cli.main([str(tmp_path / "seed3"), "--reference", ref_file, "--keep-as", "ordinary", "--command", "seed 3"]) == 0
+    other = tmp_path / "other"
+    write_run(other, rising)
+    config = yaml.safe_load((other / "config.yaml").read_text())
+    (other / "config.yaml").write_text(yaml.safe_dump({**config, "rollout": {"prompts_per_step": 2, "group_size": 8}}))
+    assert cli.main([str(other), "--record", "--add", "--reference", ref_file]) == 2
+    assert "is a band of recipe, model, samples per step ('toy', 'tiny', 32)" in capsys.readouterr().err
 
     capsys.readouterr()
     assert cli.main([str(tmp_path / "seed3"), "--record", "--add", "--reference", ref_file, "--command", "seed 3"]) == 0
