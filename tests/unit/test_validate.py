@@ -214,7 +214,7 @@ def test_every_kept_check_gets_its_verdict_from_its_band(path):
 
 # The kinds of run each recipe's band was shown and kept. math_grpo keeps no weak run: at half
 # the learning rate it passes (README, "Reference bands").
-SHOWN = {"math_grpo": {"ordinary"}}
+SHOWN = {"math_grpo": {"ordinary"}, "agentic_swe": {"ordinary", "weak"}}
 
 
 @pytest.mark.parametrize("recipe", sorted(SHOWN))
