@@ -71,6 +71,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"validate: {_no_reference(config)}", file=sys.stderr)
         return 2
     reference = json.loads(reference_path.read_text())
+    if "level" not in reference:
+        print(
+            f"validate: {reference_path} has no band for the mean reward (recorded before it was judged); "
+            f"record it again from its runs (python -m validate --record RUN_DIR...)",
+            file=sys.stderr,
+        )
+        return 2
     result = compare(rewards, reference)
     png = plot_run_vs_band(reference, rewards, result, run_dir / "validate.png")
     _report(reference, result, png)

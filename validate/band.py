@@ -44,9 +44,12 @@ def sampling_variance(rate: float, samples: int) -> float:
 def seed_variance(runs: list[list[float]], samples_per_step: int, window: int) -> float:
     """Variance between the runs' moving averages beyond what sampling explains, pooled over
     steps; 0 with one run."""
-    if len(runs) < 2:
+    return _seed_variance([moving_average(rewards, window) for rewards in runs], samples_per_step, window)
+
+
+def _seed_variance(averages: list[list[float]], samples_per_step: int, window: int) -> float:
+    if len(averages) < 2:
         return 0.0
-    averages = [moving_average(rewards, window) for rewards in runs]
     excess = []
     for i, column in enumerate(zip(*averages)):
         mean = sum(column) / len(column)
@@ -57,9 +60,9 @@ def seed_variance(runs: list[list[float]], samples_per_step: int, window: int) -
 
 def make_band(runs: list[list[float]], samples_per_step: int, window: int, z: float) -> dict:
     """`runs`: per-step rewards of each recorded run, all over the same steps."""
-    extra = seed_variance(runs, samples_per_step, window)
-    widen = z * math.sqrt(1 + 1 / len(runs))
     averages = [moving_average(rewards, window) for rewards in runs]
+    extra = _seed_variance(averages, samples_per_step, window)
+    widen = z * math.sqrt(1 + 1 / len(runs))
     center = [sum(column) / len(column) for column in zip(*averages)]
     half = [
         widen * math.sqrt(sampling_variance(mean, samples_per_step * min(i + 1, window)) + extra) for i, mean in enumerate(center)

@@ -153,6 +153,16 @@ def test_cli_adds_seeds_to_a_band_and_judges_its_kept_checks_again(tmp_path, cap
     assert (tmp_path / "toy.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_reference_without_the_mean_rewards_band_is_refused_by_name(tmp_path, capsys):
+    import validate.__main__ as cli
+
+    write_run(tmp_path / "run", [0.3] * 6)
+    old = {key: value for key, value in reference([[0.3] * 6]).items() if key != "level"}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert cli.main([str(tmp_path / "run"), "--reference", str(tmp_path / "old.json")]) == 2
+    assert "old.json has no band for the mean reward" in capsys.readouterr().err
+
+
 def test_cli_names_a_dir_that_is_not_a_run(tmp_path):
     result = run_validate(tmp_path)
     assert result.returncode == 2 and "config.yaml" in result.stderr
