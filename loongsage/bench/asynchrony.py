@@ -7,14 +7,18 @@
 Both runs go through `launch.py` with the same recipe, seed and data: multi-turn episodes whose
 turns are a model call through the router and a command in the episode's own bubblewrap (or
 local) sandbox taking a long-tailed time (see async_workload). Only `run.mode` differs. Time
-is the training loop's (the sum of `timing/step_s`), so start-up, identical for both, is left
-out. The two modes run in turns (sync, fully_async, sync, ...; `--repeats` pairs), each run a
-fresh `launch.py` process with its own Ray, so no run inherits a warm model or engine from
-another (only the OS file cache carries over, and it serves start-up, which is not timed).
-Printed per mode, as medians over its runs: loop time, trainer and rollout idle ratios,
-staleness, reward, and where a step's time goes: waiting for the rollout (`timing/rollout_s`:
-in fully_async only what rollout did not hide), training (`timing/train_s`) and the weight
-sync (`timing/weight_sync_s`). The ratio is the median of the pairs' ratios, with their range.
+is the training loop's after its first step (the sum of `timing/step_s` over steps 2..N), so
+start-up is left out, and so is the first step, printed apart: it fills the pipeline (fully_async
+starts every episode it may run at once, and its first step waits for the first groups among
+all of them). That one-off fill took a third of an 8-step fully_async run's steps (10 s of
+28 s) and a long run pays it once. The two modes run in turns (sync, fully_async, sync, ...;
+`--repeats` pairs), each run a fresh `launch.py` process with its own Ray, so no run inherits
+a warm model or engine from another (only the OS file cache carries over, and it serves
+start-up, which is not timed). Printed per mode, as medians over its runs: first step, loop
+time, trainer and rollout idle ratios, staleness, reward, and where a step's time goes:
+waiting for the rollout (`timing/rollout_s`: in fully_async only what rollout did not hide),
+training (`timing/train_s`) and the weight sync (`timing/weight_sync_s`). The ratio is the
+median of the pairs' ratios, with their range.
 
 Where the gain comes from: a synchronous step waits for its slowest episode (the tail of the
 environment latencies) while the trainer idles, and trains while no episode runs. Fully
@@ -61,15 +65,15 @@ def main(argv: list[str]) -> int:
         f"medians over {args.repeats} run(s) of each mode, interleaved"
     )
     print(
-        f"{'mode':12s} {'loop s':>8s} {'s/step':>7s} {'trainer idle':>13s} {'rollout idle':>13s} {'staleness':>10s} "
-        f"{'reward':>7s}"
+        f"{'mode':12s} {'first step s':>12s} {'loop s':>8s} {'s/step':>7s} {'trainer idle':>13s} {'rollout idle':>13s} "
+        f"{'staleness':>10s} {'reward':>7s}   (loop: steps 2-{args.steps})"
     )
     for name, row in (("sync", sync), ("fully_async", fully)):
         print(
-            f"{name:12s} {row['loop_s']:8.1f} {row['loop_s'] / args.steps:7.2f} {row['trainer_idle']:13.2f} "
-            f"{row['rollout_idle']:13.2f} {row['staleness']:10.2f} {row['reward']:7.3f}"
+            f"{name:12s} {row['first_step_s']:12.1f} {row['loop_s']:8.1f} {row['loop_s'] / (args.steps - 1):7.2f} "
+            f"{row['trainer_idle']:13.2f} {row['rollout_idle']:13.2f} {row['staleness']:10.2f} {row['reward']:7.3f}"
         )
-    print("where a step's time goes (mean per step; medians over the runs):")
+    print(f"where a step's time goes (mean over steps 2-{args.steps}; medians over the runs):")
     for name, row, runs in (("sync", sync, sync_runs), ("fully_async", fully, fully_runs)):
         print(
             f"  {name:12s} waiting for rollout {row['wait_s']:6.2f} s + train {row['train_s']:6.2f} s + "
@@ -95,7 +99,7 @@ def main(argv: list[str]) -> int:
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m loongsage.bench async")
     parser.add_argument("--model", default="tiny")
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=8, help="steps per run, at least 2: the first is timed apart")
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--group", type=int, default=4)
     parser.add_argument("--turns", type=int, default=3)
@@ -103,7 +107,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--window", default="window_gated")
     parser.add_argument("--seed", type=int, default=0)
     add_repeats_argument(parser)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.steps < 2:
+        parser.error(f"--steps must be at least 2 (the first step is timed apart from the loop), got {args.steps}")
+    return args
 
 
 def _run(args: argparse.Namespace, run_dir: Path, mode: list[str]) -> dict[str, float]:
@@ -130,16 +137,17 @@ def _run(args: argparse.Namespace, run_dir: Path, mode: list[str]) -> dict[str, 
 
 
 def _summary(run_dir: Path) -> dict[str, float]:
-    def values(tag: str) -> list[float]:
+    def after_first(tag: str) -> list[float]:
         # staleness is logged by the asynchronous modes only
-        return list(logged(run_dir, tag).values()) or [0.0]
+        return [value for step, value in sorted(logged(run_dir, tag).items()) if step > 1] or [0.0]
 
     def mean(tag: str) -> float:
-        found = values(tag)
+        found = after_first(tag)
         return sum(found) / len(found)
 
     return {
-        "loop_s": sum(values("timing/step_s")),
+        "first_step_s": logged(run_dir, "timing/step_s")[1],
+        "loop_s": sum(after_first("timing/step_s")),
         "trainer_idle": mean("async/trainer_idle_ratio"),
         "rollout_idle": mean("async/rollout_idle_ratio"),
         "staleness": mean("async/staleness_mean"),

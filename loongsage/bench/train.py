@@ -2,7 +2,7 @@
 
     python -m loongsage.bench train [--backend fsdp|megatron] [--model smollm2-135m] [--samples 4]
                                     [--prompt-len 32] [--response-len 64] [--micro-batch-size 2]
-                                    [--steps 2] [--repeats 3]
+                                    [--steps 3] [--repeats 5]
 
 Ours is one rank of the `--backend` trainer (fsdp: world_size 1, the default DDP strategy;
 megatron: tp = pp = dp = 1, megatron's DDP, optimizer and schedule) doing full train steps:
@@ -14,6 +14,9 @@ optimizer state) before anything is timed; then runs of `--steps` steps alternat
 loop, ours, plain loop, ...; `--repeats` pairs), so load from elsewhere on the machine hits
 both alike, and each side keeps its model and optimizer between runs, as a training job
 does. Tokens counted: all non-padding tokens of the batch, per step.
+
+One step takes about 3 s here and single steps' ratios ranged 0.96x-1.20x on a quiet machine,
+so one pair says little: the defaults time 5 pairs of 3-step runs (about 2 minutes).
 """
 
 from __future__ import annotations
@@ -83,10 +86,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--prompt-len", type=int, default=32)
     parser.add_argument("--response-len", type=int, default=64)
     parser.add_argument("--micro-batch-size", type=int, default=2)
-    parser.add_argument("--steps", type=int, default=2, help="timed steps in each run of each side")
+    parser.add_argument("--steps", type=int, default=3, help="timed steps in each run of each side")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     parser.add_argument("--seed", type=int, default=0)
-    add_repeats_argument(parser)
+    add_repeats_argument(parser, default=5)
     return parser.parse_args(argv)
 
 
