@@ -16,8 +16,8 @@ pays its first-touch allocations, which the two sides pay differently), then the
 turns (transformers, engine, transformers, ...; `--repeats`). Each keeps its model between
 passes, as a served engine or a user's script would.
 The engine's prompt cache is flushed before each of its passes, so no pass reuses the last
-one's prefixes. On a quiet 2-core machine either side's tokens/s moved by up to 13% from one
-pass to the next and the pairs' ratios ranged 1.51x-1.92x, hence 5 pairs by default.
+one's prefixes. On a quiet 2-core machine one side's tokens/s moved by up to 24% from one
+pass to the next and the pairs' ratios ranged 1.51x-1.98x, hence 5 pairs by default.
 """
 
 from __future__ import annotations
