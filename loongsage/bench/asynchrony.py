@@ -137,17 +137,18 @@ def _run(args: argparse.Namespace, run_dir: Path, mode: list[str]) -> dict[str, 
 
 
 def _summary(run_dir: Path) -> dict[str, float]:
-    def after_first(tag: str) -> list[float]:
+    def after_first(by_step: dict[int, float]) -> list[float]:
         # staleness is logged by the asynchronous modes only
-        return [value for step, value in sorted(logged(run_dir, tag).items()) if step > 1] or [0.0]
+        return [value for step, value in sorted(by_step.items()) if step > 1] or [0.0]
 
     def mean(tag: str) -> float:
-        found = after_first(tag)
+        found = after_first(logged(run_dir, tag))
         return sum(found) / len(found)
 
+    step_s = logged(run_dir, "timing/step_s")
     return {
-        "first_step_s": logged(run_dir, "timing/step_s")[1],
-        "loop_s": sum(after_first("timing/step_s")),
+        "first_step_s": step_s[1],
+        "loop_s": sum(after_first(step_s)),
         "trainer_idle": mean("async/trainer_idle_ratio"),
         "rollout_idle": mean("async/rollout_idle_ratio"),
         "staleness": mean("async/staleness_mean"),

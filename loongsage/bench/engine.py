@@ -14,10 +14,10 @@ it runs the batch to the longest and only each row's requested tokens count.
 Both sides are loaded once and each runs one full pass untimed (a side's first full-size batch
 pays its first-touch allocations, which the two sides pay differently), then they are timed in
 turns (transformers, engine, transformers, ...; `--repeats`). Each keeps its model between
-passes, as a served engine or a user's script would.
-The engine's prompt cache is flushed before each of its passes, so no pass reuses the last
-one's prefixes. On a quiet 2-core machine one side's tokens/s moved by up to 24% from one
-pass to the next and the pairs' ratios ranged 1.51x-1.98x, hence 5 pairs by default.
+passes, as a served engine or a user's script would. The engine's prompt cache is flushed
+before each of its passes, so no pass reuses the last one's prefixes. On a quiet 2-core
+machine one side's tokens/s moved by up to 24% from one pass to the next and the pairs'
+ratios ranged 1.51x-1.98x, hence 5 pairs by default.
 """
 
 from __future__ import annotations
@@ -96,7 +96,9 @@ def main(argv: list[str]) -> int:
     engine = _EngineSide(model_path, prompts, lengths, args)
     try:
         hf = _HFSide(model_path, tokenizer, prompts, lengths, args)
-        hf.run(), engine.run()  # warm-up, untimed: each side's first full-size pass
+        # Warm-up, untimed: each side's first full-size pass.
+        hf.run()
+        engine.run()
         hf_runs, engine_runs = interleaved(lambda _: hf.run(), lambda _: engine.run(), args.repeats)
     finally:
         engine.close()
